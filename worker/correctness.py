@@ -1,0 +1,132 @@
+"""Stage: compare candidate outputs with reference outputs, in the supervisor.
+
+Both sides' outputs arrive as files written by sandboxed children and are loaded with
+torch.load(weights_only=True): only plain tensors and containers can come back, so a
+candidate cannot smuggle objects with overridden comparisons into this process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .models import TrialResult
+
+# dtype -> (atol, rtol), used when the request does not set tolerances.
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float64: (1e-7, 1e-7),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (1e-2, 1e-2),
+}
+FALLBACK_TOLERANCE = (1e-4, 1e-4)
+
+
+class OutputFileError(Exception):
+    """An output file is missing, too large, or not made of plain tensors."""
+
+
+@dataclass
+class Outputs:
+    kind: str  # "tensor" or "tuple"
+    tensors: list[torch.Tensor]
+
+
+def load_output_file(path: str | os.PathLike, max_bytes: int) -> dict:
+    if not os.path.exists(path):
+        raise OutputFileError(f"{os.path.basename(path)} was not written")
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise OutputFileError(f"{os.path.basename(path)} is {size} bytes, over the {max_bytes}-byte limit")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means the file is not ours
+        raise OutputFileError(f"{os.path.basename(path)} is not a valid output file: {exc}") from exc
+    if not isinstance(data, dict):
+        raise OutputFileError(f"{os.path.basename(path)} does not hold a dict")
+    return data
+
+
+def parse_outputs(entry: object) -> Outputs:
+    if not isinstance(entry, dict) or entry.get("kind") not in ("tensor", "tuple"):
+        raise OutputFileError("malformed output entry")
+    tensors = entry.get("tensors")
+    if not isinstance(tensors, list) or not all(type(t) is torch.Tensor for t in tensors):
+        raise OutputFileError("output entry holds something other than plain tensors")
+    return Outputs(entry["kind"], tensors)
+
+
+def tolerance_for(dtype: torch.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, FALLBACK_TOLERANCE)
+    return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
+
+
+def compare(trial: int, ref: Outputs, cand: Outputs, atol: float | None, rtol: float | None) -> TrialResult:
+    if ref.kind != cand.kind or len(ref.tensors) != len(cand.tensors):
+        return TrialResult(
+            trial=trial, passed=False,
+            message=f"output structure differs: reference returns {_describe(ref)}, candidate {_describe(cand)}",
+        )
+    worst_abs = worst_rel = 0.0
+    mismatched = total = 0
+    for index, (r, c) in enumerate(zip(ref.tensors, cand.tensors, strict=True)):
+        label = f"output {index}" if ref.kind == "tuple" else "output"
+        if r.shape != c.shape:
+            return TrialResult(trial=trial, passed=False,
+                               message=f"{label} shape {tuple(c.shape)} != expected {tuple(r.shape)}")
+        if r.dtype != c.dtype:
+            return TrialResult(trial=trial, passed=False,
+                               message=f"{label} dtype {c.dtype} != expected {r.dtype}")
+        a_tol, r_tol = tolerance_for(r.dtype, atol, rtol)
+        if r.is_floating_point() or r.is_complex():
+            r_nan, c_nan = torch.isnan(r), torch.isnan(c)
+            if not torch.equal(r_nan, c_nan):
+                return TrialResult(trial=trial, passed=False,
+                                   message=f"{label} has NaN at {int((r_nan != c_nan).sum())} positions where "
+                                           "the reference does not (or the reverse)")
+            r_inf, c_inf = torch.isinf(r), torch.isinf(c)
+            if not torch.equal(r_inf, c_inf) or not torch.equal(r[r_inf], c[c_inf]):
+                return TrialResult(trial=trial, passed=False, message=f"{label} has Inf values that differ")
+            finite = ~(r_nan | r_inf)
+            r64, c64 = r[finite].double(), c[finite].double()
+        else:
+            r64, c64 = r.double(), c.double()
+        diff = (r64 - c64).abs()
+        bound = a_tol + r_tol * r64.abs()
+        bad = diff > bound
+        mismatched += int(bad.sum())
+        total += r.numel()
+        if diff.numel():
+            worst_abs = max(worst_abs, float(diff.max()))
+            worst_rel = max(worst_rel, float((diff / r64.abs().clamp_min(1e-12)).max()))
+    fraction = mismatched / total if total else 0.0
+    passed = mismatched == 0
+    message = None if passed else (
+        f"{mismatched} of {total} values differ beyond tolerance (max abs error {worst_abs:.3g}, "
+        f"max rel error {worst_rel:.3g})"
+    )
+    return TrialResult(trial=trial, passed=passed, max_abs_error=worst_abs, max_rel_error=worst_rel,
+                       mismatch_fraction=fraction, message=message)
+
+
+def _describe(outputs: Outputs) -> str:
+    return "a tensor" if outputs.kind == "tensor" else f"a tuple of {len(outputs.tensors)} tensors"
+
+
+def reference_is_degenerate(trials: list[Outputs], atol: float | None, rtol: float | None) -> bool:
+    """True when every trial's reference output is (nearly) the same constant: a candidate
+    returning that constant would pass without computing anything."""
+    if len(trials) < 2:
+        return False
+    first = trials[0]
+    for other in trials[1:]:
+        if compare(0, first, other, atol, rtol).passed is False:
+            return False
+    return True
+
+
+def tolerances_used(ref: Outputs, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    dtype = ref.tensors[0].dtype if ref.tensors else torch.float32
+    return tolerance_for(dtype, atol, rtol)

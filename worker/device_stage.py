@@ -1,0 +1,208 @@
+"""The device half of an evaluation: reference and candidate children, comparison, timing.
+
+Both children stay alive from their correctness run to their timing, so each pays for
+`import torch`, CUDA initialisation and the module import once. They never run at the same
+time: the supervisor sends one operation at a time, so timings do not overlap.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import correctness, engine, timing_stats
+from .correctness import Outputs, OutputFileError
+from .launch import RunnerSession, UserFailure
+from .models import CorrectnessReport, Device, EnvironmentInfo, EvalResult, EvalStatus, TimingReport
+from .settings import EngineSettings
+from .verification import Observations, runtime_rules
+
+MAX_OUTPUT_FILE_BYTES = 16 * 1024**3
+# Fixed-count runs, timed from outside the child, last at least this long.
+EXTERNAL_RUN_TARGET_S = 0.25
+
+
+class DeviceStage:
+    def __init__(self, prepared: engine.PreparedJob, settings: EngineSettings, on_stage) -> None:
+        self.prepared = prepared
+        self.settings = settings
+        self.on_stage = on_stage
+        self.options = prepared.request.options
+        self.builder = prepared.builder
+        self.seeds = engine.new_seeds(self.options.seed, self.options.trials, settings.timing_pool_size)
+
+    def run(self) -> EvalResult:
+        opts = self.options
+        engine._notify(self.on_stage, "reference")
+        with self.builder.stage("reference"):
+            reference = engine.runner(self.prepared, self.settings, role="reference", limit_s=opts.limits.run_s)
+            reference.process.start()
+        try:
+            return self._with_reference(reference)
+        finally:
+            reference.process.close(grace_s=2.0)
+
+    def _with_reference(self, reference: RunnerSession) -> EvalResult:
+        opts = self.options
+        with self.builder.stage("reference"):
+            deadline = time.monotonic() + opts.limits.run_s
+            try:
+                reference.wait_ready(deadline)
+                reference.request("generate", deadline, **self.seeds)
+            except UserFailure as failure:
+                return self.builder.reference_failure(failure)
+            self._record_environment(reference.environment)
+            ref_data = correctness.load_output_file(self.prepared.workdir / "ref_out" / "outputs.pt",
+                                                    MAX_OUTPUT_FILE_BYTES)
+            ref_trials = [correctness.parse_outputs(e) for e in ref_data["trials"]]
+            ref_pool = [correctness.parse_outputs(e) for e in ref_data["pool"]]
+            engine.link_inputs(self.prepared)
+        engine._notify(self.on_stage, "candidate")
+        with self.builder.stage("candidate"):
+            candidate = engine.runner(self.prepared, self.settings, role="candidate", limit_s=opts.limits.run_s)
+            candidate.process.start()
+        try:
+            return self._with_both(reference, candidate, ref_trials, ref_pool)
+        finally:
+            candidate.process.close(grace_s=2.0)
+            self.builder.set_candidate_log(candidate.logs())
+
+    def _with_both(self, reference: RunnerSession, candidate: RunnerSession, ref_trials: list[Outputs],
+                   ref_pool: list[Outputs]) -> EvalResult:
+        opts = self.options
+        poison = sum(t.numel() * t.element_size() for t in ref_trials[0].tensors) * 2
+        with self.builder.stage("candidate"):
+            deadline = time.monotonic() + opts.limits.run_s
+            try:
+                candidate.wait_ready(deadline)
+                done = candidate.request("run", deadline, init_seed=self.seeds["init_seed"], poison_bytes=poison)
+            except UserFailure as failure:
+                return self.builder.candidate_failure(failure, during="run")
+        self.builder.compiled = True
+        tampered = list(done.get("tampered") or [])
+
+        engine._notify(self.on_stage, "compare")
+        with self.builder.stage("compare"):
+            try:
+                cand_data = correctness.load_output_file(self.prepared.workdir / "cand_out" / "outputs.pt",
+                                                         MAX_OUTPUT_FILE_BYTES)
+                cand_trials = [correctness.parse_outputs(e) for e in cand_data["trials"]]
+            except (OutputFileError, KeyError, TypeError) as exc:
+                return self.builder.fail(EvalStatus.incorrect, "invalid_output",
+                                         f"the candidate's outputs could not be read: {exc}")
+            report = self._correctness(ref_trials, cand_trials)
+        if tampered or not report.passed or not opts.timing:
+            self.builder.add_rules(runtime_rules(self._observations(tampered=tampered), opts.policy))
+            engine._notify(self.on_stage, "reward")
+            return self.builder.finish(correctness=report)
+
+        engine._notify(self.on_stage, "timing")
+        with self.builder.stage("timing"):
+            try:
+                timing, observations = self._timing(reference, candidate, ref_pool, ref_trials, report)
+            except UserFailure as failure:
+                if failure.kind in ("timeout", "crashed") or "reference" not in failure.message:
+                    return self.builder.candidate_failure(failure, during="timing")
+                return self.builder.reference_failure(failure)
+        self.builder.add_rules(runtime_rules(observations, opts.policy))
+        engine._notify(self.on_stage, "reward")
+        return self.builder.finish(correctness=report, timing=timing)
+
+    def _record_environment(self, env: dict) -> None:
+        current = self.builder.environment
+        self.builder.environment = EnvironmentInfo(
+            device=self.options.device, sandbox=self.options.sandbox,
+            hostname=current.hostname if current else None,
+            gpu_name=env.get("gpu_name"), driver=env.get("driver"), cuda=env.get("cuda"),
+            torch=env.get("torch"), triton=env.get("triton"), python=env.get("python"),
+        )
+
+    def _correctness(self, ref_trials: list[Outputs], cand_trials: list[Outputs]) -> CorrectnessReport:
+        opts = self.options
+        results = [correctness.compare(i, r, c, opts.atol, opts.rtol)
+                   for i, (r, c) in enumerate(zip(ref_trials, cand_trials, strict=True))]
+        atol, rtol = correctness.tolerances_used(ref_trials[0], opts.atol, opts.rtol)
+        degenerate = correctness.reference_is_degenerate(ref_trials, opts.atol, opts.rtol)
+        self._degenerate = degenerate
+        return CorrectnessReport(passed=all(r.passed for r in results), atol=atol, rtol=rtol, trials=results,
+                                 degenerate_reference=degenerate)
+
+    def _observations(self, **fields) -> Observations:
+        return Observations(
+            tampered=fields.pop("tampered", []), timed_outputs_ok=fields.pop("timed_outputs_ok", True),
+            timed_outputs_message=fields.pop("timed_outputs_message", None),
+            degenerate_reference=getattr(self, "_degenerate", False), device=self.options.device.value,
+            peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
+        )
+
+    # -- timing -----------------------------------------------------------------------------
+    def _time(self, session: RunnerSession, deadline: float, **fields) -> tuple[dict, float]:
+        opts = self.options
+        start = time.monotonic()
+        reply = session.request("time", deadline, expect="timing", budget_s=opts.timing_budget_s,
+                                min_runs=opts.timing_min_runs, max_runs=opts.timing_max_runs,
+                                target_rse=opts.timing_target_rse, **fields)
+        if not reply.get("device_ms"):
+            raise UserFailure("protocol", "timing reply holds no samples")
+        return reply, time.monotonic() - start
+
+    def _fixed_runs(self, median_ms: float) -> int:
+        wanted = int(EXTERNAL_RUN_TARGET_S * 1e3 / max(median_ms, 1e-3)) + 1
+        return max(10, min(wanted, self.options.timing_max_runs))
+
+    def _timing(self, reference: RunnerSession, candidate: RunnerSession, ref_pool: list[Outputs],
+                ref_trials: list[Outputs], report: CorrectnessReport) -> tuple[TimingReport, Observations]:
+        deadline = time.monotonic() + self.options.limits.timing_s
+        try:
+            ref_reply, _ = self._time(reference, deadline)
+        except UserFailure as failure:
+            failure.message = f"reference timing: {failure.message}"
+            raise
+        cand_reply, _ = self._time(candidate, deadline, save_outputs=True, tag="adaptive")
+        ref_stats = timing_stats.summarize(ref_reply["device_ms"])
+        cand_stats = timing_stats.summarize(cand_reply["device_ms"])
+        # Fixed-count runs timed from outside each child: a check on the children's own numbers.
+        n_ref = self._fixed_runs(ref_stats.median_ms)
+        n_cand = self._fixed_runs(cand_stats.median_ms)
+        ref_fixed, ref_wall = self._time(reference, deadline, fixed_runs=n_ref)
+        cand_fixed, cand_wall = self._time(candidate, deadline, fixed_runs=n_cand, save_outputs=True, tag="fixed")
+        ok, message = self._check_timed_outputs(ref_pool)
+        tampered = [*cand_reply.get("tampered", []), *cand_fixed.get("tampered", [])]
+        speedup = ref_stats.median_ms / cand_stats.median_ms if cand_stats.median_ms > 0 else float("inf")
+        method = "cuda_events+l2_flush+device_sync" if self.options.device == Device.cuda else "host_clock"
+        host_median = timing_stats.summarize(cand_reply["host_ms"]).median_ms
+        timing = TimingReport(
+            method=method, device=(self.builder.environment.gpu_name if self.builder.environment else None)
+            or self.options.device.value,
+            reference=ref_stats, candidate=cand_stats, speedup=speedup,
+            speedup_ci95=timing_stats.speedup_ci(ref_reply["device_ms"], cand_reply["device_ms"]),
+            candidate_host_median_ms=host_median,
+        )
+        min_bytes = sum(t.numel() * t.element_size() for t in ref_trials[0].tensors)
+        observations = self._observations(
+            tampered=tampered, timed_outputs_ok=ok, timed_outputs_message=message,
+            candidate_device_median_ms=cand_stats.median_ms, candidate_host_median_ms=host_median,
+            candidate_external_ms=cand_wall * 1e3 / (n_cand + 3),
+            reference_external_ms=ref_wall * 1e3 / (n_ref + 3),
+            reference_device_median_ms=ref_stats.median_ms, speedup=speedup, min_bytes=min_bytes,
+        )
+        self.builder.extra["timing_runs"] = {"reference_fixed": n_ref, "candidate_fixed": n_cand,
+                                             "reference_stopped_by": ref_reply.get("stopped_by"),
+                                             "candidate_stopped_by": cand_reply.get("stopped_by")}
+        return timing, observations
+
+    def _check_timed_outputs(self, ref_pool: list[Outputs]) -> tuple[bool, str | None]:
+        out_dir = self.prepared.workdir / "cand_out"
+        for tag in ("adaptive", "fixed"):
+            try:
+                data = correctness.load_output_file(out_dir / f"timed_outputs_{tag}.pt", MAX_OUTPUT_FILE_BYTES)
+                pool = data["pool"]
+                for slot, expected in enumerate(ref_pool):
+                    if slot not in pool:
+                        continue
+                    result = correctness.compare(slot, expected, correctness.parse_outputs(pool[slot]),
+                                                 self.options.atol, self.options.rtol)
+                    if not result.passed:
+                        return False, f"timing run '{tag}', input set {slot}: {result.message}"
+            except (OutputFileError, KeyError, TypeError) as exc:
+                return False, f"timing run '{tag}': {exc}"
+        return True, None

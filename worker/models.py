@@ -1,0 +1,198 @@
+"""Public data models of the evaluation engine.
+
+These are the contract: the HTTP API returns `EvalResult` as it is, the client parses it,
+and the engine produces it. This module imports pydantic only (no torch), so that the
+trainer-side client can use it without the worker's dependencies.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_SOURCE_BYTES = 512 * 1024
+
+
+class EvalStatus(str, Enum):
+    """Verdict of one evaluation. Only `ok` means correct and timed."""
+
+    ok = "ok"
+    incorrect = "incorrect"
+    compile_error = "compile_error"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    invalid_input = "invalid_input"
+    rejected = "rejected"
+    sandbox_error = "sandbox_error"
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Backend(str, Enum):
+    """The kind of kernel the candidate launches; `pytorch` means none of its own."""
+
+    cuda = "cuda"
+    triton = "triton"
+    pytorch = "pytorch"
+
+
+class SandboxKind(str, Enum):
+    bwrap = "bwrap"
+    # No isolation at all: for debugging the engine only. Results say so.
+    none = "none"
+
+
+class StageLimits(BaseModel):
+    """Wall-clock limits in seconds for each stage of one evaluation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    build_s: float = Field(default=300.0, gt=0, le=3600)
+    run_s: float = Field(default=120.0, gt=0, le=3600)
+    timing_s: float = Field(default=120.0, gt=0, le=3600)
+
+
+class PolicyConfig(BaseModel):
+    """Reward-hacking policy for one job. The default is strict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Rule ids to switch off for this job (e.g. to allow cuBLAS calls).
+    disabled_rules: list[str] = Field(default_factory=list)
+    # Reward given to a `flagged` evaluation (suspicious but not proven cheating).
+    flagged_reward: float = 0.0
+    # A speedup above this is flagged as implausible.
+    max_speedup: float = Field(default=100.0, gt=1.0)
+
+
+class EvalOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    trials: int = Field(default=5, ge=1, le=100, description="Correctness trials, each with fresh inputs.")
+    atol: float | None = Field(default=None, ge=0, description="Absolute tolerance; default by dtype.")
+    rtol: float | None = Field(default=None, ge=0, description="Relative tolerance; default by dtype.")
+    timing: bool = Field(default=True, description="Time reference and candidate when correct.")
+    timing_budget_s: float = Field(default=3.0, gt=0, le=120, description="Timing budget per model.")
+    timing_target_rse: float = Field(default=0.005, gt=0, le=1, description="Stop once std error/mean < this.")
+    timing_min_runs: int = Field(default=10, ge=3, le=10_000)
+    timing_max_runs: int = Field(default=2000, ge=3, le=100_000)
+    seed: int | None = Field(default=None, ge=0, description="Master seed; secret and random by default.")
+    device: Device = Device.cpu
+    backend: Backend | None = Field(default=None, description="Override backend detection.")
+    sandbox: SandboxKind = SandboxKind.bwrap
+    limits: StageLimits = Field(default_factory=StageLimits)
+    reward_preset: str = "default"
+    reward_weights: dict[str, float] | None = Field(
+        default=None, description="Custom weights over reward components (preset 'custom')."
+    )
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+
+
+class EvalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str = Field(description="KernelBench reference source: Model, get_inputs, get_init_inputs.")
+    candidate: str = Field(description="Candidate source defining ModelNew.")
+    options: EvalOptions = Field(default_factory=EvalOptions)
+
+    @field_validator("reference", "candidate")
+    @classmethod
+    def _bounded_source(cls, value: str) -> str:
+        if len(value.encode("utf-8", "replace")) > MAX_SOURCE_BYTES:
+            raise ValueError(f"source is larger than {MAX_SOURCE_BYTES} bytes")
+        return value
+
+
+class ErrorInfo(BaseModel):
+    kind: str = Field(description="Machine-readable error kind, e.g. syntax_error, missing_name, build_failed.")
+    message: str = Field(description="What went wrong and what to do.")
+    line: int | None = None
+    log_excerpt: str | None = Field(default=None, description="Trimmed compiler or runtime output.")
+
+
+class TrialResult(BaseModel):
+    trial: int
+    passed: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatch_fraction: float | None = None
+    message: str | None = None
+
+
+class CorrectnessReport(BaseModel):
+    passed: bool
+    atol: float
+    rtol: float
+    trials: list[TrialResult]
+    # Set when the reference output barely depends on its inputs, so a constant passes.
+    degenerate_reference: bool = False
+
+
+class TimingStats(BaseModel):
+    n: int
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    rse: float = Field(description="Relative standard error of the mean.")
+
+
+class TimingReport(BaseModel):
+    method: str = Field(description="How samples were taken, e.g. cuda_events+l2_flush or host_clock.")
+    device: str
+    reference: TimingStats
+    candidate: TimingStats
+    speedup: float
+    speedup_ci95: tuple[float, float]
+    # Candidate time seen from outside its process (host clock around device-wide syncs).
+    candidate_host_median_ms: float | None = None
+
+
+class RuleHit(BaseModel):
+    """One reward-hacking rule that fired, with its evidence."""
+
+    rule: str
+    severity: Literal["reject", "flag"]
+    message: str
+    line: int | None = None
+    evidence: str | None = None
+
+
+class EnvironmentInfo(BaseModel):
+    device: Device
+    gpu_name: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    python: str | None = None
+    sandbox: SandboxKind
+    hostname: str | None = None
+
+
+class EvalResult(BaseModel):
+    """The engine's verdict for one (reference, candidate) pair; also the API's `result`."""
+
+    status: EvalStatus
+    compiled: bool = False
+    correct: bool = False
+    flagged: bool = False
+    speedup: float | None = None
+    reward: float = 0.0
+    reward_preset: str = "default"
+    reward_components: dict[str, float] = Field(default_factory=dict)
+    backend: Backend | None = None
+    error: ErrorInfo | None = None
+    correctness: CorrectnessReport | None = None
+    timing: TimingReport | None = None
+    rules: list[RuleHit] = Field(default_factory=list)
+    stages: dict[str, float] = Field(default_factory=dict, description="Seconds spent in each stage.")
+    environment: EnvironmentInfo | None = None
+    candidate_log: str | None = Field(default=None, description="Candidate's own output (logs, never a verdict).")
+    extra: dict[str, Any] = Field(default_factory=dict)

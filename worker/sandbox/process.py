@@ -1,0 +1,232 @@
+"""Run one sandboxed child: limits, wall clock, capped logs, a JSON message channel."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import resource
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+from . import bwrap
+from .spec import ResourceLimits, SandboxSpec
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox itself could not be started (not the user code's fault)."""
+
+
+class SandboxTimeout(TimeoutError):
+    pass
+
+
+@dataclass
+class SandboxExited(Exception):
+    returncode: int | None
+    detail: str = ""
+
+    def describe(self) -> str:
+        code = self.returncode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the process was killed by {name}"
+        return f"the process exited with code {code} before it reported a result"
+
+
+class CappedLog:
+    """Keeps the head and tail of a stream and counts what was dropped in between."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(limit // 2, 1024)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def feed(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                cut = len(self.tail) - self.half
+                self.dropped += cut
+                del self.tail[:cut]
+
+    def text(self) -> str:
+        middle = f"\n[... {self.dropped} bytes dropped ...]\n" if self.dropped else ""
+        return (bytes(self.head).decode("utf-8", "replace") + middle
+                + bytes(self.tail).decode("utf-8", "replace"))
+
+
+def _count_processes_of(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                continue
+    return count
+
+
+def _limit_setter(limits: ResourceLimits, nproc: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if limits.address_space_bytes:
+            resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
+
+    return apply
+
+
+class SandboxProcess:
+    """One child process under bubblewrap (or, for debugging only, under nothing)."""
+
+    def __init__(self, spec: SandboxSpec, command: list[str], *, name: str, use_bwrap: bool = True) -> None:
+        self.spec = spec
+        self.command = command
+        self.name = name
+        self.use_bwrap = use_bwrap
+        self.stdout = CappedLog(spec.limits.log_bytes)
+        self.stderr = CappedLog(spec.limits.log_bytes)
+        self.messages: queue.Queue[dict | None] = queue.Queue()
+        self._proc: subprocess.Popen | None = None
+        self._threads: list[threading.Thread] = []
+        self.started_at = 0.0
+
+    # -- start / stop ------------------------------------------------------------------
+    def start(self) -> None:
+        read_fd, write_fd = os.pipe()
+        env_spec = SandboxSpec(**{**self.spec.__dict__, "env": {**self.spec.env, "KJ_MSG_FD": str(write_fd)}})
+        if self.use_bwrap:
+            path = bwrap.find_bwrap()
+            if not path:
+                os.close(read_fd)
+                os.close(write_fd)
+                raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install the Debian package "
+                                         "'bubblewrap' or set KERNELJUDGE_BWRAP")
+            argv, env = bwrap.build_argv(path, env_spec, self.command), None
+        else:
+            argv, env = self.command, bwrap.host_env(env_spec)
+        nproc = _count_processes_of(os.getuid()) + self.spec.limits.extra_processes
+        try:
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(write_fd,), env=env, start_new_session=True,
+                preexec_fn=_limit_setter(self.spec.limits, nproc),
+            )
+        except OSError as exc:
+            raise SandboxUnavailable(f"could not start the sandbox for {self.name}: {exc}") from exc
+        finally:
+            os.close(write_fd)
+        self.started_at = time.monotonic()
+        self._spawn(self._pump, self._proc.stdout, self.stdout)
+        self._spawn(self._pump, self._proc.stderr, self.stderr)
+        self._spawn(self._read_messages, read_fd)
+
+    def _spawn(self, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True, name=f"{self.name}-io")
+        thread.start()
+        self._threads.append(thread)
+
+    @staticmethod
+    def _pump(stream, sink: CappedLog) -> None:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            sink.feed(chunk)
+
+    def _read_messages(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as stream:
+            while True:
+                line = stream.readline(MAX_MESSAGE_BYTES + 1)
+                if not line:
+                    break
+                if len(line) > MAX_MESSAGE_BYTES:
+                    self.messages.put({"event": "error", "kind": "protocol", "message": "reply too large"})
+                    break
+                try:
+                    message = json.loads(line)
+                except json.JSONDecodeError:
+                    message = {"event": "error", "kind": "protocol", "message": "unreadable reply"}
+                if not isinstance(message, dict):
+                    message = {"event": "error", "kind": "protocol", "message": "reply is not an object"}
+                self.messages.put(message)
+        self.messages.put(None)
+
+    def kill(self) -> None:
+        """Kill bubblewrap's whole process group; its PID namespace takes every descendant with it."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._proc.wait()
+
+    def close(self, grace_s: float = 5.0) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            try:
+                self.send({"op": "exit"})
+                self._proc.wait(timeout=grace_s)
+            except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
+                log.info("sandbox %s did not exit within %.1fs; killing it", self.name, grace_s)
+        self.kill()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+
+    def __enter__(self) -> SandboxProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close(grace_s=2.0 if exc_info[0] is None else 0.0)
+
+    # -- messages ------------------------------------------------------------------------
+    def send(self, message: dict) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write((json.dumps(message) + "\n").encode())
+        self._proc.stdin.flush()
+
+    def receive(self, timeout_s: float) -> dict:
+        """Next message; SandboxTimeout after `timeout_s` (child killed), SandboxExited on EOF."""
+        try:
+            message = self.messages.get(timeout=max(timeout_s, 0.0))
+        except queue.Empty:
+            self.kill()
+            raise SandboxTimeout(f"{self.name} exceeded its {timeout_s:.0f}s limit") from None
+        if message is None:
+            assert self._proc is not None
+            try:
+                code = self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                code = self._proc.returncode
+            raise SandboxExited(code, self.stderr.text()[-4000:])
+        return message
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid

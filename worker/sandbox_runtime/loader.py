@@ -1,0 +1,100 @@
+"""Load a user module from a file and turn its outputs into plain, storable tensors."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from types import ModuleType
+
+import torch
+
+MAX_TRACEBACK_CHARS = 6000
+
+
+class UserCodeError(Exception):
+    """User code failed; `kind` is one of compile_error, runtime_error, invalid_output."""
+
+    def __init__(self, kind: str, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.detail = detail[-MAX_TRACEBACK_CHARS:]
+
+
+def _is_build_failure(exc: BaseException) -> bool:
+    # load_inline raises RuntimeError("Error building extension ...") with the compiler log;
+    # Triton raises CompilationError subclasses at first launch.
+    text = str(exc)
+    if "Error building extension" in text or "Error compiling objects for extension" in text:
+        return True
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "PTXASError"})
+
+
+def classify(exc: BaseException, during: str) -> UserCodeError:
+    if isinstance(exc, UserCodeError):
+        return exc
+    detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if _is_build_failure(exc):
+        return UserCodeError("compile_error", f"build failed {during}: {str(exc)[:2000]}", detail)
+    return UserCodeError("runtime_error", f"{type(exc).__name__} {during}: {str(exc)[:2000]}", detail)
+
+
+def load_module(path: str, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UserCodeError("runtime_error", f"cannot load module from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything, SystemExit included
+        raise classify(exc, "while importing the module") from exc
+    return module
+
+
+def flatten_outputs(value: object) -> tuple[str, list[torch.Tensor]]:
+    """A model output is a tensor or a tuple/list of tensors; anything else is invalid."""
+    if type(value) is torch.Tensor:
+        return "tensor", [value]
+    if isinstance(value, (tuple, list)) and value:
+        items = list(value)
+        for index, item in enumerate(items):
+            if type(item) is not torch.Tensor:
+                raise UserCodeError(
+                    "invalid_output",
+                    f"output {index} is a {type(item).__module__}.{type(item).__qualname__}, "
+                    "not a plain torch.Tensor; return a tensor or a tuple of tensors",
+                )
+        return "tuple", items
+    raise UserCodeError(
+        "invalid_output",
+        f"forward returned {type(value).__module__}.{type(value).__qualname__}; "
+        "return a plain torch.Tensor or a tuple of tensors",
+    )
+
+
+def to_storable(value: object) -> dict:
+    """Detach and copy outputs to CPU as fresh plain tensors (no subclass, no shared storage)."""
+    kind, tensors = flatten_outputs(value)
+    plain = []
+    for tensor in tensors:
+        if tensor.is_sparse or tensor.layout != torch.strided:
+            raise UserCodeError("invalid_output", "outputs must be dense strided tensors")
+        plain.append(torch.Tensor.clone(torch.Tensor.detach(tensor)).cpu().contiguous())
+    return {"kind": kind, "tensors": plain}
+
+
+def to_device(value: object, device: torch.device) -> object:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list):
+        return [to_device(item, device) for item in value]
+    if isinstance(value, tuple):
+        return tuple(to_device(item, device) for item in value)
+    return value
+
+
+def clone_args(args: list) -> list:
+    return [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args]

@@ -1,0 +1,193 @@
+"""Entry point inside the sandbox: load one user module and serve the supervisor's commands.
+
+Environment: KJ_ROLE (reference|candidate), KJ_MODE (build|run), KJ_DEVICE (cpu|cuda),
+KJ_SOURCE (the module file), KJ_IN_DIR / KJ_OUT_DIR, KJ_MSG_FD (reply channel).
+Commands (one JSON object per line on stdin): generate (reference), run (candidate),
+time, exit. Replies: ready, done, timing, error.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import traceback
+
+import torch
+
+from . import timer  # binds clocks and sync before any user code is imported
+from .channel import Channel
+from .integrity import IntegrityWatch
+from .loader import UserCodeError, classify, clone_args, load_module, to_device, to_storable
+
+REQUIRED_NAMES = {"reference": ("Model", "get_inputs", "get_init_inputs"), "candidate": ("ModelNew",)}
+
+
+def environment(device: torch.device) -> dict:
+    info = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if device.type == "cuda":
+        info["gpu_name"] = torch.cuda.get_device_name(device)
+        try:
+            with open("/proc/driver/nvidia/version") as handle:
+                first = handle.readline()
+            info["driver"] = first.split("Kernel Module")[-1].split()[0] if "Kernel Module" in first else None
+        except OSError:
+            info["driver"] = None
+    return info
+
+
+class Runner:
+    def __init__(self) -> None:
+        self.role = os.environ["KJ_ROLE"]
+        self.mode = os.environ.get("KJ_MODE", "run")
+        self.device = torch.device(os.environ.get("KJ_DEVICE", "cpu"))
+        self.in_dir = os.environ.get("KJ_IN_DIR", "/kj/in")
+        self.out_dir = os.environ.get("KJ_OUT_DIR", "/kj/out")
+        self.channel = Channel()
+        self.integrity = IntegrityWatch()
+        self.module = None
+        self.model = None
+        self.pool: list[list] = []
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> bool:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            torch.cuda.init()
+        self.module = load_module(os.environ["KJ_SOURCE"], f"kj_{self.role}")
+        missing = [name for name in REQUIRED_NAMES[self.role] if not hasattr(self.module, name)]
+        if missing:
+            raise UserCodeError("runtime_error", f"the module does not define {', '.join(missing)} after import")
+        self.channel.send("ready", environment=environment(self.device))
+        return self.mode != "build"
+
+    def serve(self) -> None:
+        while True:
+            command = self.channel.receive()
+            if command is None or command.get("op") == "exit":
+                return
+            handler = getattr(self, f"op_{command.get('op')}", None)
+            if handler is None:
+                self.channel.send("error", kind="protocol", message=f"unknown op {command.get('op')!r}")
+                continue
+            handler(command)
+
+    # -- helpers -------------------------------------------------------------------
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            timer._cuda_sync()
+
+    def _construct(self, class_name: str, init_inputs: list, init_seed: int) -> None:
+        torch.manual_seed(init_seed)
+        try:
+            model = getattr(self.module, class_name)(*init_inputs)
+            self.model = model.to(self.device) if isinstance(model, torch.nn.Module) else model
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, f"while constructing {class_name}") from exc
+
+    def _call(self, args: list, what: str) -> dict:
+        try:
+            with torch.no_grad():
+                out = self.model(*args)
+            self._sync()
+            return to_storable(out)
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, what) from exc
+
+    def _poison(self, nbytes: int) -> None:
+        # Freed blocks stay in the caching allocator: fill them with NaN so an output
+        # "computed" by torch.empty over stale memory cannot match by luck.
+        if self.device.type != "cuda" or nbytes <= 0:
+            return
+        block = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=self.device)
+        block.fill_(float("nan"))
+        del block
+
+    def _inputs(self, seed: int) -> list:
+        torch.manual_seed(seed)
+        try:
+            inputs = list(self.module.get_inputs())
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, "in get_inputs()") from exc
+        return inputs
+
+    # -- operations ------------------------------------------------------------------
+    def op_generate(self, command: dict) -> None:
+        torch.manual_seed(command["init_seed"])
+        try:
+            init_inputs = list(self.module.get_init_inputs())
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, "in get_init_inputs()") from exc
+        trials = [self._inputs(seed) for seed in command["trial_seeds"]]
+        pool = [self._inputs(seed) for seed in command["pool_seeds"]]
+        torch.save({"init_inputs": init_inputs, "trials": trials, "pool": pool}, f"{self.out_dir}/inputs.pt")
+        self._construct("Model", init_inputs, command["init_seed"])
+        outputs = {
+            "trials": [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
+                       for i, a in enumerate(trials)],
+            "pool": [self._call(to_device(clone_args(a), self.device), "in Model.forward (timing inputs)")
+                     for a in pool],
+        }
+        torch.save(outputs, f"{self.out_dir}/outputs.pt")
+        self.pool = [to_device(a, self.device) for a in pool]
+        self.channel.send("done", op="generate", tampered=self.integrity.changed())
+
+    def op_run(self, command: dict) -> None:
+        data = torch.load(f"{self.in_dir}/inputs.pt", weights_only=True)
+        self._construct("ModelNew", data["init_inputs"], command["init_seed"])
+        results = []
+        for index, args in enumerate(data["trials"]):
+            self._poison(command.get("poison_bytes", 0))
+            results.append(self._call(to_device(clone_args(args), self.device), f"in ModelNew.forward (trial {index})"))
+        torch.save({"trials": results}, f"{self.out_dir}/outputs.pt")
+        self.pool = [to_device(a, self.device) for a in data["pool"]]
+        self.channel.send("done", op="run", tampered=self.integrity.changed())
+
+    def op_time(self, command: dict) -> None:
+        try:
+            samples = timer.time_model(
+                self.model,
+                self.pool,
+                self.device,
+                budget_s=command["budget_s"],
+                min_runs=command["min_runs"],
+                max_runs=command["max_runs"],
+                target_rse=command["target_rse"],
+                fixed_runs=command.get("fixed_runs"),
+            )
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, "while timing forward") from exc
+        if command.get("save_outputs"):
+            stored = {slot: to_storable(out) for slot, out in samples.last_outputs.items()}
+            torch.save({"pool": stored}, f"{self.out_dir}/timed_outputs_{command.get('tag', 'main')}.pt")
+        self.channel.send(
+            "timing",
+            device_ms=samples.device_ms,
+            host_ms=samples.host_ms,
+            warmup_runs=samples.warmup_runs,
+            stopped_by=samples.stopped_by,
+            tampered=self.integrity.changed(),
+        )
+
+
+def main() -> int:
+    runner = Runner()
+    try:
+        if runner.start():
+            runner.serve()
+    except UserCodeError as exc:
+        runner.channel.send("error", kind=exc.kind, message=exc.message, detail=exc.detail)
+    except BaseException as exc:  # noqa: BLE001 - report, then exit non-zero
+        runner.channel.send("error", kind="runtime_error", message=f"{type(exc).__name__}: {exc}",
+                            detail=traceback.format_exc()[-6000:])
+        return 1
+    return 0

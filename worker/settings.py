@@ -1,0 +1,50 @@
+"""Engine settings, read from the environment once per worker."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass
+class EngineSettings:
+    # Per-job working directories (sources, inputs, outputs); removed after each job.
+    work_root: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "kerneljudge" / "work")
+    # Built CUDA extensions, keyed by candidate source hash, reused by the GPU stage.
+    build_cache: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "kerneljudge" / "build-cache")
+    keep_workdirs: bool = False
+    # Which GPU this worker owns (index into /dev/nvidiaN); None: all visible.
+    gpu_index: int | None = None
+    # TORCH_CUDA_ARCH_LIST for builds done without a GPU, e.g. "9.0".
+    cuda_arch_list: str | None = None
+    isolate_network: bool = True
+    cpu_threads: int = 2
+    # Memory bandwidth (GB/s) used for the roofline plausibility bound; 0 disables it.
+    peak_bandwidth_gbps: float = 0.0
+    # Files for timing pool: distinct input sets rotated during timing.
+    timing_pool_size: int = 4
+
+    @classmethod
+    def from_env(cls) -> EngineSettings:
+        data_dir = os.environ.get("KERNELJUDGE_DATA_DIR")
+        settings = cls()
+        if data_dir:
+            settings.work_root = Path(data_dir) / "work"
+            settings.build_cache = Path(data_dir) / "build-cache"
+        settings.keep_workdirs = _env_bool("KERNELJUDGE_KEEP_WORKDIRS", False)
+        gpu = os.environ.get("KERNELJUDGE_GPU_INDEX")
+        settings.gpu_index = int(gpu) if gpu not in (None, "") else None
+        settings.cuda_arch_list = os.environ.get("KERNELJUDGE_CUDA_ARCH") or None
+        settings.isolate_network = _env_bool("KERNELJUDGE_SANDBOX_ISOLATE_NETWORK", True)
+        settings.cpu_threads = int(os.environ.get("KERNELJUDGE_CPU_THREADS", str(min(4, os.cpu_count() or 1))))
+        settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS", "0") or 0)
+        return settings

@@ -1,0 +1,91 @@
+"""Runtime verification: rules judged from what the supervisor observed while the
+candidate ran (its claims are cross-checked, never trusted alone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import PolicyConfig, RuleHit
+
+# Work that escaped the events: host-synced time this much over the event time, and by at
+# least this many ms (host overhead per iteration is a few microseconds on an idle host).
+UNSYNCED_RATIO = 2.0
+UNSYNCED_MIN_GAP_MS = 0.05
+# Reported time below this share of what the outside clock saw (less harness overhead).
+EXTERNAL_CLOCK_RATIO = 0.5
+EXTERNAL_CLOCK_MIN_GAP_MS = 0.05
+
+
+@dataclass
+class Observations:
+    tampered: list[str]
+    timed_outputs_ok: bool
+    timed_outputs_message: str | None
+    candidate_device_median_ms: float | None = None
+    candidate_host_median_ms: float | None = None
+    # Per-iteration wall time of the fixed-count runs, seen from the supervisor.
+    candidate_external_ms: float | None = None
+    reference_external_ms: float | None = None
+    reference_device_median_ms: float | None = None
+    speedup: float | None = None
+    degenerate_reference: bool = False
+    min_bytes: int | None = None
+    peak_bandwidth_gbps: float = 0.0
+    device: str = "cpu"
+
+
+def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
+    hits: list[RuleHit] = []
+    if obs.tampered:
+        hits.append(RuleHit(
+            rule="KJ-R01-tampered-harness", severity="reject",
+            message="the candidate rebound functions the evaluation relies on (timers, sync, comparison)",
+            evidence=", ".join(sorted(set(obs.tampered))),
+        ))
+    if not obs.timed_outputs_ok:
+        hits.append(RuleHit(
+            rule="KJ-R02-timed-outputs-wrong", severity="reject",
+            message="outputs produced during timing do not match the reference for the same inputs "
+                    "(cached or replayed results, or behaviour that changes once timing starts)",
+            evidence=obs.timed_outputs_message,
+        ))
+    dev, host = obs.candidate_device_median_ms, obs.candidate_host_median_ms
+    if obs.device == "cuda" and dev is not None and host is not None:
+        if host > UNSYNCED_RATIO * dev and host - dev > UNSYNCED_MIN_GAP_MS:
+            hits.append(RuleHit(
+                rule="KJ-R03-work-outside-timed-stream", severity="flag",
+                message="most of the candidate's GPU work ran outside the timed stream (side stream or "
+                        "deferred work): event time is far below the device-synchronised time",
+                evidence=f"event median {dev:.4f} ms, synchronised host median {host:.4f} ms",
+            ))
+    ext_c, ext_r, ref_dev = obs.candidate_external_ms, obs.reference_external_ms, obs.reference_device_median_ms
+    if dev is not None and ext_c is not None and ext_r is not None and ref_dev is not None:
+        overhead = max(ext_r - ref_dev, 0.0)  # harness cost per iteration (flush, syncs, IPC)
+        seen = ext_c - overhead
+        if dev < EXTERNAL_CLOCK_RATIO * seen and seen - dev > EXTERNAL_CLOCK_MIN_GAP_MS:
+            hits.append(RuleHit(
+                rule="KJ-R04-timing-disagrees-with-wall-clock", severity="flag",
+                message="the candidate's reported time is far below the time measured from outside its process",
+                evidence=f"reported {dev:.4f} ms/iter, outside clock {seen:.4f} ms/iter after harness overhead",
+            ))
+    if obs.speedup is not None and obs.speedup > policy.max_speedup:
+        hits.append(RuleHit(
+            rule="KJ-R05-implausible-speedup", severity="flag",
+            message=f"speedup {obs.speedup:.1f}x is above the configured ceiling {policy.max_speedup:g}x",
+        ))
+    if obs.min_bytes and obs.peak_bandwidth_gbps > 0 and dev is not None and obs.device == "cuda":
+        floor_ms = obs.min_bytes / (obs.peak_bandwidth_gbps * 1e9) * 1e3
+        if dev < 0.8 * floor_ms:
+            hits.append(RuleHit(
+                rule="KJ-R06-beyond-roofline", severity="flag",
+                message="the candidate ran faster than moving its inputs and outputs once allows",
+                evidence=f"{dev:.4f} ms < floor {floor_ms:.4f} ms for {obs.min_bytes} bytes "
+                         f"at {obs.peak_bandwidth_gbps:g} GB/s",
+            ))
+    if obs.degenerate_reference:
+        hits.append(RuleHit(
+            rule="KJ-R07-degenerate-problem", severity="flag",
+            message="the reference gives the same output for every input drawn: a constant passes the check, "
+                    "so correctness here proves little (fix the problem's get_inputs or outputs)",
+        ))
+    return [hit for hit in hits if hit.rule not in policy.disabled_rules]
