@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gpu_arch import detect_cuda_arch
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from .models import SandboxKind
 from .sandbox import ResourceLimits
@@ -59,6 +60,8 @@ def build_cuda_candidate(
     source_file: Path, candidate: str, *, settings: EngineSettings, limit_s: float, sandbox: SandboxKind,
     torch_version: str,
 ) -> BuildOutcome:
+    if settings.cuda_arch_list is None:
+        settings.cuda_arch_list = detect_cuda_arch(settings.gpu_index)
     key = build_key(candidate, torch_version, settings.cuda_arch_list)
     ext_dir = settings.build_cache / key
     settings.build_cache.mkdir(parents=True, exist_ok=True)

@@ -33,15 +33,21 @@ class DeviceStage:
     def run(self) -> EvalResult:
         opts = self.options
         engine._notify(self.on_stage, "reference")
-        with self.builder.stage("reference"):
-            reference = engine.runner(self.prepared, self.settings, role="reference", limit_s=opts.limits.run_s)
-            reference.process.start()
+        # Both children start now so that their imports overlap; the candidate gets its
+        # inputs only once the reference has written them.
+        reference = engine.runner(self.prepared, self.settings, role="reference", limit_s=opts.limits.run_s)
+        candidate = engine.runner(self.prepared, self.settings, role="candidate", limit_s=opts.limits.run_s)
         try:
-            return self._with_reference(reference)
+            with self.builder.stage("reference"):
+                reference.process.start()
+                candidate.process.start()
+            return self._with_reference(reference, candidate)
         finally:
             reference.process.close(grace_s=2.0)
+            candidate.process.close(grace_s=2.0)
+            self.builder.set_candidate_log(candidate.logs())
 
-    def _with_reference(self, reference: RunnerSession) -> EvalResult:
+    def _with_reference(self, reference: RunnerSession, candidate: RunnerSession) -> EvalResult:
         opts = self.options
         with self.builder.stage("reference"):
             deadline = time.monotonic() + opts.limits.run_s
@@ -57,21 +63,15 @@ class DeviceStage:
             ref_pool = [correctness.parse_outputs(e) for e in ref_data["pool"]]
             engine.link_inputs(self.prepared)
         engine._notify(self.on_stage, "candidate")
-        with self.builder.stage("candidate"):
-            candidate = engine.runner(self.prepared, self.settings, role="candidate", limit_s=opts.limits.run_s)
-            candidate.process.start()
-        try:
-            return self._with_both(reference, candidate, ref_trials, ref_pool)
-        finally:
-            candidate.process.close(grace_s=2.0)
-            self.builder.set_candidate_log(candidate.logs())
+        return self._with_both(reference, candidate, ref_trials, ref_pool)
 
     def _with_both(self, reference: RunnerSession, candidate: RunnerSession, ref_trials: list[Outputs],
                    ref_pool: list[Outputs]) -> EvalResult:
         opts = self.options
+        # The candidate's clock starts when its inputs exist (its import overlapped the reference).
+        deadline = time.monotonic() + opts.limits.run_s
         poison = sum(t.numel() * t.element_size() for t in ref_trials[0].tensors) * 2
         with self.builder.stage("candidate"):
-            deadline = time.monotonic() + opts.limits.run_s
             try:
                 candidate.wait_ready(deadline)
                 done = candidate.request("run", deadline, init_seed=self.seeds["init_seed"], poison_bytes=poison)

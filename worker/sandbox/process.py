@@ -36,12 +36,17 @@ class SandboxExited(Exception):
 
     def describe(self) -> str:
         code = self.returncode
-        if code is not None and code < 0:
+        # Negative: our direct child died by a signal; above 128: bwrap reports its child's
+        # death by signal N as exit code 128 + N.
+        number = -code if (code is not None and code < 0) else (code - 128 if code and code > 128 else None)
+        if number is not None:
             try:
-                name = signal.Signals(-code).name
+                name = signal.Signals(number).name
             except ValueError:
-                name = f"signal {-code}"
-            return f"the process was killed by {name}"
+                name = f"signal {number}"
+            hint = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)",
+                    "SIGKILL": " (killed: limit or out of memory)"}.get(name, "")
+            return f"the process was killed by {name}{hint}"
         return f"the process exited with code {code} before it reported a result"
 
 

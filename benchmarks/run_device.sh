@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Everything the GPU machine runs in one call (the device tool gives a bare machine each time):
+#   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
+#   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
+# Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
+# STEPS: eval redteam tests (default: all).
+set -uo pipefail
+wheels=$1
+out=$2
+shift 2
+steps=${*:-eval redteam tests}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python3 -m pip install --quiet --no-index --find-links "$wheels" pydantic httpx pytest fastapi uvicorn \
+    sqlalchemy prometheus-client 2>&1 | tail -3
+if ! command -v bwrap >/dev/null; then
+    dpkg -x "$(ls "$wheels"/bubblewrap_*.deb | head -n1)" /opt/kj-bwrap
+    export KERNELJUDGE_BWRAP=/opt/kj-bwrap/usr/bin/bwrap
+fi
+export PYTHONPATH=$PWD
+export KERNELJUDGE_DATA_DIR=${KERNELJUDGE_DATA_DIR:-/tmp/kj-data}
+nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv | tee "$out/gpu.txt"
+stamp=$(date -u +%Y-%m-%d)
+for step in $steps; do
+    case $step in
+    eval)
+        python3 -m benchmarks.gpu_eval --device cuda --repeats 5 --timing-budget 1.0 \
+            --out "$out/gpu_eval_$stamp.md" --jsonl "$out/gpu_eval.jsonl" 2>&1 | tee "$out/gpu_eval.log" ;;
+    redteam)
+        python3 -m benchmarks.redteam --device cuda --markdown "$out/redteam_gpu_$stamp.md" 2>&1 \
+            | tee "$out/redteam.log" ;;
+    tests)
+        python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" ;;
+    esac
+done

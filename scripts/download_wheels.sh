@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Download everything the worker and service need that a GPU image may lack, as files,
+# for an offline install (air-gapped GPU clusters, or the device machine here):
+#   scripts/download_wheels.sh [DEST] [PYTHON_VERSION]        (defaults: wheelhouse 3.12)
+# Then, on the GPU host:  scripts/offline_install.sh DEST
+# torch, triton and numpy are NOT downloaded: use the CUDA build the GPU image already has.
+set -euo pipefail
+dest=${1:-wheelhouse}
+pyver=${2:-3.12}
+mkdir -p "$dest"
+python3 -m pip download --quiet --dest "$dest" --only-binary=:all: \
+    --python-version "$pyver" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform any \
+    "pydantic>=2.6" "httpx>=0.27" "fastapi>=0.110" "uvicorn>=0.29" "sqlalchemy>=2.0" \
+    "celery>=5.4" "redis>=5.0" "prometheus-client>=0.20" "pytest>=8" "setuptools>=68" "wheel"
+# bubblewrap as a .deb: unpacked with `dpkg -x` where apt cannot reach a mirror.
+if command -v apt-get >/dev/null; then
+    (cd "$dest" && apt-get download bubblewrap >/dev/null 2>&1) || echo "note: could not download the bubblewrap .deb" >&2
+fi
+du -sh "$dest"

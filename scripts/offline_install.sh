@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install kerneljudge from a wheelhouse made by download_wheels.sh, with no network.
+# Uses the python3 on PATH (which must already have torch and triton), and unpacks the
+# bubblewrap .deb into /opt/kj-bwrap when bwrap is missing.
+set -euo pipefail
+wheels=${1:-wheelhouse}
+here=$(cd "$(dirname "$0")/.." && pwd)
+python3 -m pip install --quiet --no-index --find-links "$wheels" \
+    pydantic httpx fastapi uvicorn sqlalchemy celery redis prometheus-client pytest
+python3 -m pip install --quiet --no-index --find-links "$wheels" --no-build-isolation --no-deps -e "$here"
+if ! command -v bwrap >/dev/null; then
+    deb=$(ls "$wheels"/bubblewrap_*.deb | head -n1)
+    dpkg -x "$deb" /opt/kj-bwrap
+    echo "bwrap unpacked: export KERNELJUDGE_BWRAP=/opt/kj-bwrap/usr/bin/bwrap"
+fi

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Set up kerneljudge on a fresh Debian/Ubuntu machine: system packages, a virtualenv in .venv,
+# a CPU build of torch (unless a GPU build is wanted), and the project with its extras.
+#   scripts/setup.sh            service + worker (default)
+#   scripts/setup.sh dev        + test tools (pytest, ruff, schemathesis, psycopg)
+# Idempotent: re-running it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra=${1:-server}
+venv=${KERNELJUDGE_VENV:-.venv}
+
+need_apt=()
+command -v bwrap >/dev/null || need_apt+=(bubblewrap)
+if [ "$extra" = dev ]; then
+    command -v redis-server >/dev/null || need_apt+=(redis-server)
+    command -v pg_ctlcluster >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing ${need_apt[*]} with apt-get" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    else
+        echo "setup: please install these Debian packages first: ${need_apt[*]}" >&2
+        exit 1
+    fi
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+py="$venv/bin/python"
+"$py" -m pip install --quiet --upgrade pip
+# The CPU build of torch unless told otherwise: an unpinned torch pulls a multi-GB CUDA build.
+if ! "$py" -c "import torch" 2>/dev/null; then
+    "$py" -m pip install --quiet "torch==${KERNELJUDGE_TORCH_VERSION:-2.13.0}"
+fi
+"$py" -m pip install --quiet "triton==${KERNELJUDGE_TRITON_VERSION:-3.6.0}"
+"$py" -m pip install --quiet -e ".[$extra]"
+echo "setup: ready ($("$py" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))" >&2

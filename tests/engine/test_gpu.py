@@ -1,0 +1,70 @@
+"""GPU-only engine behaviour (run on the device machine: pytest -m gpu)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.conftest import SILU_REFERENCE, triton_candidate
+from tests.problems_util import load_problem
+from worker.models import EvalStatus
+
+pytestmark = pytest.mark.gpu
+
+BIG_SILU_REFERENCE = SILU_REFERENCE.replace("N = 1000", "N = 1 << 24")
+
+
+def test_honest_cuda_candidate_is_correct_and_timed_with_events(run_eval):
+    problem = load_problem("elementwise")
+    result = run_eval(problem.reference, problem.cuda_ok, device="cuda", timing=True, timing_budget_s=1.0)
+    assert result.status == EvalStatus.ok, result.error
+    assert result.timing.method.startswith("cuda_events")
+    assert result.timing.candidate.n >= 10
+    assert result.environment.gpu_name
+
+
+def test_wrong_cuda_candidate_is_incorrect(run_eval):
+    problem = load_problem("elementwise")
+    result = run_eval(problem.reference, problem.cuda_wrong, device="cuda")
+    assert result.status == EvalStatus.incorrect
+
+
+ILLEGAL_ACCESS = triton_candidate('''
+    y = torch.empty_like(x)
+    bad_kernel[(1,)](x, y, BLOCK=256)
+    return y
+''', kernel='''
+@triton.jit
+def bad_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK) + (1 << 40)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+''')
+
+SIDE_STREAM = triton_candidate('''
+    y = torch.empty_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(20):
+            silu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+''')
+
+
+def test_illegal_memory_access_is_contained_and_the_next_job_is_fine(run_eval):
+    bad = run_eval(SILU_REFERENCE, ILLEGAL_ACCESS, device="cuda")
+    assert bad.status == EvalStatus.runtime_error
+    assert "illegal" in (bad.error.message + (bad.error.log_excerpt or "")).lower()
+    problem = load_problem("elementwise")
+    good = run_eval(problem.reference, problem.triton_ok, device="cuda", timing=True, timing_budget_s=0.5)
+    assert good.status == EvalStatus.ok, good.error
+
+
+def test_work_on_a_side_stream_is_flagged(run_eval):
+    from worker.models import PolicyConfig
+
+    # The static side-stream rule only flags; switch it off to see the runtime check alone.
+    result = run_eval(BIG_SILU_REFERENCE, SIDE_STREAM, device="cuda", timing=True, timing_budget_s=0.5,
+                      policy=PolicyConfig(disabled_rules=[]))
+    assert result.flagged
+    assert any(hit.rule == "KJ-R03-work-outside-timed-stream" for hit in result.rules), result.rules
+    assert result.reward == 0.0

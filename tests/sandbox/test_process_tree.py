@@ -1,0 +1,101 @@
+"""The sandbox's wall-clock kill takes every process the child started with it."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from worker.sandbox import ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
+from worker.sandbox.process import CappedLog
+
+SPAWNER = r"""
+import os, subprocess, time
+children = [subprocess.Popen(["sleep", "1000"]) for _ in range(3)]
+# A grandchild that tries to escape into its own session.
+subprocess.Popen(["setsid", "sleep", "1000"])
+os.write(int(os.environ["KJ_MSG_FD"]), b'{"event": "started"}\n')
+while True:
+    time.sleep(1)
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _spec(**limits) -> SandboxSpec:
+    return SandboxSpec(env={"PATH": "/usr/bin:/bin"}, limits=ResourceLimits(**limits))
+
+
+def test_timeout_kills_the_whole_process_tree():
+    process = SandboxProcess(_spec(wall_s=30), [sys.executable, "-c", SPAWNER], name="spawner")
+    process.start()
+    try:
+        assert process.receive(60) == {"event": "started"}
+        tree = _descendants(process.pid)
+        sleepers = [p for p in tree if open(f"/proc/{p}/cmdline", "rb").read().startswith(b"sleep")]
+        assert len(sleepers) == 4, tree
+        with pytest.raises(SandboxTimeout):
+            process.receive(0.5)  # nothing more comes: the limit passes and the tree is killed
+        # PID-namespace teardown is asynchronous: poll the real condition, a bounded number of times.
+        for _ in range(10_000):
+            if not any(_alive(p) for p in tree):
+                break
+        assert not any(_alive(p) for p in tree), [p for p in tree if _alive(p)]
+    finally:
+        process.close(grace_s=0)
+
+
+def test_cpu_time_limit_stops_a_busy_child():
+    process = SandboxProcess(_spec(cpu_s=1), [sys.executable, "-c", "while True: pass"], name="busy")
+    process.start()
+    with pytest.raises(SandboxExited) as exited:
+        process.receive(60)
+    process.close(grace_s=0)
+    assert "SIGKILL" in exited.value.describe() or "SIGXCPU" in exited.value.describe()
+
+
+def test_file_size_limit_stops_a_runaway_writer():
+    writer = "open('/tmp/big', 'wb').write(b'x' * (64 * 1024 * 1024))"
+    process = SandboxProcess(_spec(file_size_bytes=1024 * 1024), [sys.executable, "-c", writer], name="writer")
+    process.start()
+    with pytest.raises(SandboxExited) as exited:
+        process.receive(60)
+    process.close(grace_s=0)
+    assert exited.value.returncode != 0
+
+
+def test_capped_log_keeps_head_and_tail():
+    log = CappedLog(4096)
+    log.feed(b"HEAD" + b"a" * 10_000)
+    log.feed(b"b" * 10_000 + b"TAIL")
+    text = log.text()
+    assert text.startswith("HEAD") and text.endswith("TAIL")
+    assert "bytes dropped" in text
+    assert len(text) < 4096 + 100

@@ -1,0 +1,83 @@
+"""`kerneljudge eval REFERENCE.py CANDIDATE.py`: one local, sandboxed evaluation.
+
+Exit code 0 whenever an evaluation was produced (whatever its verdict); 2 for bad usage
+(unreadable files); 3 when the evaluator itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .models import Device, EvalOptions, EvalRequest, EvalResult, EvalStatus, SandboxKind
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reference", type=Path, help="KernelBench reference file (Model, get_inputs, ...)")
+    parser.add_argument("candidate", type=Path, help="candidate file defining ModelNew")
+    parser.add_argument("--device", choices=[d.value for d in Device], default="cpu")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--atol", type=float, default=None)
+    parser.add_argument("--rtol", type=float, default=None)
+    parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+    parser.add_argument("--timing-budget", type=float, default=3.0, help="seconds of timing per model")
+    parser.add_argument("--backend", choices=["cuda", "triton", "pytorch"], default=None)
+    parser.add_argument("--sandbox", choices=[s.value for s in SandboxKind], default="bwrap",
+                        help="'none' runs user code without isolation (debugging only)")
+    parser.add_argument("--reward-preset", default="default")
+    parser.add_argument("--json", action="store_true", help="print the JSON result")
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise SystemExit(f"kerneljudge eval: cannot read {path}: {exc.strerror}") from None
+
+
+def summary(result: EvalResult) -> str:
+    lines = [f"verdict:   {result.status.value}" + ("  (flagged)" if result.flagged else ""),
+             f"reward:    {result.reward:.4f}  [{result.reward_preset}]",
+             f"backend:   {result.backend.value if result.backend else '?'}   compiled: {result.compiled}   "
+             f"correct: {result.correct}"]
+    if result.error:
+        lines.append(f"error:     [{result.error.kind}] {result.error.message}")
+        if result.error.log_excerpt:
+            lines += ["  | " + line for line in result.error.log_excerpt.splitlines()[:25]]
+    if result.correctness:
+        for trial in result.correctness.trials:
+            detail = trial.message or f"max abs {trial.max_abs_error:.3g}, max rel {trial.max_rel_error:.3g}"
+            lines.append(f"trial {trial.trial}:   {'pass' if trial.passed else 'FAIL'}  {detail}")
+    if result.timing:
+        t = result.timing
+        lines.append(f"timing:    {t.method} on {t.device}")
+        lines.append(f"  reference  median {t.reference.median_ms:.4f} ms  (n={t.reference.n}, "
+                     f"rse {t.reference.rse:.2%})")
+        lines.append(f"  candidate  median {t.candidate.median_ms:.4f} ms  (n={t.candidate.n}, "
+                     f"rse {t.candidate.rse:.2%})")
+        lines.append(f"  speedup    {t.speedup:.3f}x  (95% CI {t.speedup_ci95[0]:.3f} - {t.speedup_ci95[1]:.3f})")
+    for hit in result.rules:
+        lines.append(f"rule:      {hit.severity} {hit.rule} (line {hit.line}): {hit.message}")
+    lines.append("stages:    " + ", ".join(f"{k} {v:.2f}s" for k, v in result.stages.items()))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    from .engine import evaluate
+
+    options = EvalOptions(
+        device=args.device, trials=args.trials, seed=args.seed, atol=args.atol, rtol=args.rtol,
+        timing=not args.no_timing, timing_budget_s=args.timing_budget, backend=args.backend,
+        sandbox=args.sandbox, reward_preset=args.reward_preset,
+    )
+    request = EvalRequest(reference=_read(args.reference), candidate=_read(args.candidate), options=options)
+    progress = None if args.json else (lambda stage: print(f"... {stage}", file=sys.stderr, flush=True))
+    result = evaluate(request, on_stage=progress)
+    print(result.model_dump_json(indent=2) if args.json else summary(result))
+    internal = result.status == EvalStatus.sandbox_error
+    return 3 if internal else 0

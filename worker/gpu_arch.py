@@ -1,0 +1,33 @@
+"""The GPU's compute capability, read without initialising CUDA in this process.
+
+Builds run with no GPU visible (so they can run in parallel on CPU cores), so torch cannot
+ask the device which architecture to compile for: TORCH_CUDA_ARCH_LIST is set from this.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+
+log = logging.getLogger(__name__)
+
+
+def detect_cuda_arch(gpu_index: int | None = None) -> str | None:
+    """E.g. "9.0" for an H100, from nvidia-smi; None when there is no GPU or no nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    command = [smi, "--query-gpu=compute_cap", "--format=csv,noheader"]
+    if gpu_index is not None:
+        command.insert(1, f"--id={gpu_index}")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("nvidia-smi failed while reading the compute capability: %s", exc)
+        return None
+    values = sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})
+    if done.returncode != 0 or not values:
+        log.warning("nvidia-smi gave no compute capability (exit %s): %s", done.returncode, done.stderr.strip())
+        return None
+    return ";".join(values)

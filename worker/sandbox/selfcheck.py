@@ -1,0 +1,67 @@
+"""Start-up check: can a sandboxed child see the GPU (and reach nothing else)?
+
+Workers run it once before taking jobs, so a misconfigured host fails loudly at start
+instead of turning every candidate into a sandbox_error.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+from .process import SandboxExited, SandboxProcess, SandboxTimeout, SandboxUnavailable
+from .spec import ResourceLimits, SandboxSpec
+
+PROBE = r"""
+import json, os, socket
+report = {}
+try:
+    import torch
+    report["cuda_available"] = torch.cuda.is_available()
+    if report["cuda_available"]:
+        torch.cuda.init()
+        report["gpu"] = torch.cuda.get_device_name(0)
+        report["sum"] = float(torch.ones(1024, device="cuda").sum())
+except Exception as exc:
+    report["cuda_error"] = f"{type(exc).__name__}: {exc}"
+# A fresh network namespace has only the loopback interface; no packet is sent to find out.
+interfaces = sorted(name for _, name in socket.if_nameindex())
+report["interfaces"] = interfaces
+report["network"] = "isolated" if interfaces == ["lo"] else "reachable"
+os.write(int(os.environ["KJ_MSG_FD"]), (json.dumps(report) + "\n").encode())
+"""
+
+
+@dataclass
+class SelfCheck:
+    ok: bool
+    report: dict
+    seconds: float
+    message: str
+
+
+def check_sandbox(*, gpu_nodes: list[str], isolate_network: bool, env: dict[str, str] | None = None,
+                  timeout_s: float = 120.0) -> SelfCheck:
+    spec = SandboxSpec(env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", **(env or {})},
+                       gpu_device_nodes=gpu_nodes, isolate_network=isolate_network,
+                       limits=ResourceLimits(wall_s=timeout_s))
+    start = time.monotonic()
+    process = SandboxProcess(spec, [sys.executable, "-I", "-c", PROBE], name="selfcheck")
+    try:
+        process.start()
+        report = process.receive(timeout_s)
+    except (SandboxUnavailable, SandboxTimeout, SandboxExited) as exc:
+        detail = exc.describe() if isinstance(exc, SandboxExited) else str(exc)
+        return SelfCheck(False, {}, time.monotonic() - start,
+                         f"sandbox self-check failed: {detail}; stderr: {process.stderr.text()[-2000:]}")
+    finally:
+        process.close(grace_s=1.0)
+    wants_gpu = bool(gpu_nodes)
+    ok = (not wants_gpu or report.get("cuda_available") is True) and report.get("network") != "reachable"
+    problems = []
+    if wants_gpu and not report.get("cuda_available"):
+        problems.append(f"CUDA is not usable inside the sandbox ({report.get('cuda_error', 'not available')})")
+    if report.get("network") == "reachable":
+        problems.append("the network is reachable from inside the sandbox")
+    return SelfCheck(ok, report, time.monotonic() - start, "; ".join(problems) or "ok")
