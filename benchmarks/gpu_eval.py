@@ -78,6 +78,34 @@ def _row(name: str, kind: str, runs: list[tuple[EvalResult, float]]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _write_table(out, results, firsts, args, parallel_build_s, lines) -> None:
+    env = next((r.environment for rs in results.values() for r, _ in rs if r.environment), None)
+    header = [
+        "# GPU evaluation of the problem set",
+        "",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+        f"- device: {env.gpu_name if env else '?'}, driver {env.driver if env else '?'}, "
+        f"torch {env.torch if env else '?'}, triton {env.triton if env else '?'}, CUDA {env.cuda if env else '?'}",
+        f"- host: {_sh('nproc')} CPU cores; sandbox: bubblewrap {_sh('$KERNELJUDGE_BWRAP --version 2>/dev/null || bwrap --version')}",
+        f"- command: `{' '.join([os.path.basename(sys.executable), '-m', 'benchmarks.gpu_eval', *sys.argv[1:]])}`",
+        f"- {len(firsts)} candidates prepared in parallel ({args.build_threads} threads, no GPU visible): "
+        f"{parallel_build_s:.1f} s wall",
+        *lines,
+        "",
+        "Speedup = reference median / candidate median (CUDA events, L2 flushed before every call). "
+        "CV = coefficient of variation of the speedup over the repeated evaluations of the same candidate. "
+        "Stage columns are means over the repeats, in seconds; build is the first (cold) build, "
+        "prepare(rep) the later ones (cache hit).",
+        "",
+        "| problem | candidate | verdict | n | speedup (median) | speedup CV | 95% CI (first run) | ref ms | cand ms "
+        "| build cold s | prepare (rep) s | reference s | candidate s | timing s | rules | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = [_row(name, kind, runs) for (name, kind), runs in results.items()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join([*header, *rows]) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -88,6 +116,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--jsonl", type=Path, default=None)
     parser.add_argument("--build-threads", type=int, default=8)
+    parser.add_argument("--trials", type=int, default=5)
     args = parser.parse_args()
 
     settings = EngineSettings.from_env()
@@ -113,7 +142,7 @@ def main() -> int:
             if not path.exists():
                 continue
             repeats = args.repeats if kind in HONEST else 1
-            options = EvalOptions(device=device, timing_budget_s=args.timing_budget)
+            options = EvalOptions(device=device, timing_budget_s=args.timing_budget, trials=args.trials)
             request = EvalRequest(reference=reference, candidate=path.read_text(), options=options)
             for repeat in range(repeats):
                 jobs.append((name, kind, repeat, request))
@@ -147,38 +176,14 @@ def main() -> int:
         if result.error:
             summary += f" error=[{result.error.kind}] {result.error.message[:300]}"
         print(summary, flush=True)
+        _write_table(args.out, results, firsts, args, parallel_build_s, lines)
         if jsonl:
             jsonl.write(json.dumps({"problem": name, "kind": kind, "repeat": repeat,
                                     "prepare_s": prep_s, "result": result.model_dump(mode="json")}) + "\n")
     if jsonl:
         jsonl.close()
 
-    env = next((r.environment for rs in results.values() for r, _ in rs if r.environment), None)
-    header = [
-        "# GPU evaluation of the problem set",
-        "",
-        f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-        f"- device: {env.gpu_name if env else '?'}, driver {env.driver if env else '?'}, "
-        f"torch {env.torch if env else '?'}, triton {env.triton if env else '?'}, CUDA {env.cuda if env else '?'}",
-        f"- host: {_sh('nproc')} CPU cores; sandbox: bubblewrap {_sh('$KERNELJUDGE_BWRAP --version 2>/dev/null || bwrap --version')}",
-        f"- command: `{' '.join([os.path.basename(sys.executable), '-m', 'benchmarks.gpu_eval', *sys.argv[1:]])}`",
-        f"- {len(firsts)} candidates prepared in parallel ({args.build_threads} threads, no GPU visible): "
-        f"{parallel_build_s:.1f} s wall",
-        *lines,
-        "",
-        "Speedup = reference median / candidate median (CUDA events, L2 flushed before every call). "
-        "CV = coefficient of variation of the speedup over the repeated evaluations of the same candidate. "
-        "Stage columns are means over the repeats, in seconds; build is the first (cold) build, "
-        "prepare(rep) the later ones (cache hit).",
-        "",
-        "| problem | candidate | verdict | n | speedup (median) | speedup CV | 95% CI (first run) | ref ms | cand ms "
-        "| build cold s | prepare (rep) s | reference s | candidate s | timing s | rules | error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    rows = [_row(name, kind, runs) for (name, kind), runs in results.items()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join([*header, *rows]) + "\n")
-    print("\n".join([*header, *rows]))
+    print(args.out.read_text())
     return 0
 
 

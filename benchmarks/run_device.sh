@@ -17,14 +17,14 @@ if ! command -v bwrap >/dev/null; then
     dpkg -x "$(ls "$wheels"/bubblewrap_*.deb | head -n1)" /opt/kj-bwrap
     export KERNELJUDGE_BWRAP=/opt/kj-bwrap/usr/bin/bwrap
 fi
-export PYTHONPATH=$PWD
+export PYTHONPATH=${KJ_EXTRA_PYTHONPATH:+$KJ_EXTRA_PYTHONPATH:}$PWD
 export KERNELJUDGE_DATA_DIR=${KERNELJUDGE_DATA_DIR:-/tmp/kj-data}
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv | tee "$out/gpu.txt"
 stamp=$(date -u +%Y-%m-%d)
 for step in $steps; do
     case $step in
     eval)
-        python3 -m benchmarks.gpu_eval --device cuda --repeats 5 --timing-budget 1.0 \
+        python3 -m benchmarks.gpu_eval --device cuda --repeats ${KJ_REPEATS:-5} --timing-budget ${KJ_TIMING_BUDGET:-1.0} --trials ${KJ_TRIALS:-5} \
             --out "$out/gpu_eval_$stamp.md" --jsonl "$out/gpu_eval.jsonl" 2>&1 | tee "$out/gpu_eval.log" ;;
     redteam)
         python3 -m benchmarks.redteam --device cuda --markdown "$out/redteam_gpu_$stamp.md" 2>&1 \

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gpu_arch import detect_cuda_arch
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from .models import SandboxKind
 from .sandbox import ResourceLimits
@@ -60,9 +59,7 @@ def build_cuda_candidate(
     source_file: Path, candidate: str, *, settings: EngineSettings, limit_s: float, sandbox: SandboxKind,
     torch_version: str,
 ) -> BuildOutcome:
-    if settings.cuda_arch_list is None:
-        settings.cuda_arch_list = detect_cuda_arch(settings.gpu_index)
-    key = build_key(candidate, torch_version, settings.cuda_arch_list)
+    key = build_key(candidate, torch_version, settings.cuda_arch())
     ext_dir = settings.build_cache / key
     settings.build_cache.mkdir(parents=True, exist_ok=True)
     with open(settings.build_cache / f"{key}.lock", "w") as lock:
@@ -75,10 +72,9 @@ def build_cuda_candidate(
         ext_dir.mkdir(parents=True)
         out_dir = ext_dir.parent / f"{key}.out"
         out_dir.mkdir(exist_ok=True)
-        env = {"TORCH_CUDA_ARCH_LIST": settings.cuda_arch_list} if settings.cuda_arch_list else {}
         config = RunnerConfig(role="candidate", mode="build", device="cuda",
                               paths=RunnerPaths(source=source_file, out_dir=out_dir, ext_dir=ext_dir),
-                              sandbox=sandbox, extra_env=env)
+                              sandbox=sandbox)
         limits = ResourceLimits(wall_s=limit_s, cpu_s=int(limit_s * 4) + 30)
         deadline = time.monotonic() + limit_s
         session = RunnerSession(config, settings, limits)

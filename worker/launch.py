@@ -88,6 +88,12 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         env["CUDA_VISIBLE_DEVICES"] = str(settings.gpu_index)
     elif os.environ.get("CUDA_VISIBLE_DEVICES"):
         env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    if config.device == "cuda":
+        # The same target list for the build (no GPU visible) and the run, so the run finds
+        # the built extension up to date instead of compiling it again for the device's arch.
+        arch = settings.cuda_arch()
+        if arch:
+            env["TORCH_CUDA_ARCH_LIST"] = arch
     env.update(config.extra_env)
     nodes = gpu_device_nodes(settings.gpu_index) if (config.device == "cuda" and config.mode == "run") else []
     return SandboxSpec(mounts=mounts, env=env, gpu_device_nodes=nodes,

@@ -30,8 +30,16 @@ class EngineSettings:
     cpu_threads: int = 2
     # Memory bandwidth (GB/s) used for the roofline plausibility bound; 0 disables it.
     peak_bandwidth_gbps: float = 0.0
-    # Files for timing pool: distinct input sets rotated during timing.
+    # Distinct input sets rotated during timing (no pointer or value repeats between calls).
     timing_pool_size: int = 4
+
+    def cuda_arch(self) -> str | None:
+        """TORCH_CUDA_ARCH_LIST for this worker's GPU: configured, or read once from nvidia-smi."""
+        if self.cuda_arch_list is None:
+            from .gpu_arch import detect_cuda_arch
+
+            self.cuda_arch_list = detect_cuda_arch(self.gpu_index)
+        return self.cuda_arch_list
 
     @classmethod
     def from_env(cls) -> EngineSettings:
@@ -46,5 +54,6 @@ class EngineSettings:
         settings.cuda_arch_list = os.environ.get("KERNELJUDGE_CUDA_ARCH") or None
         settings.isolate_network = _env_bool("KERNELJUDGE_SANDBOX_ISOLATE_NETWORK", True)
         settings.cpu_threads = int(os.environ.get("KERNELJUDGE_CPU_THREADS", str(min(4, os.cpu_count() or 1))))
+        settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", "4"))
         settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS", "0") or 0)
         return settings

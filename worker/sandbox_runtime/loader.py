@@ -29,7 +29,11 @@ def _is_build_failure(exc: BaseException) -> bool:
     if "Error building extension" in text or "Error compiling objects for extension" in text:
         return True
     names = {cls.__name__ for cls in type(exc).__mro__}
-    return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "PTXASError"})
+    if names & {"CompilationError", "CompileTimeAssertionFailure", "PTXASError"}:
+        return True
+    # Under TRITON_INTERPRET the errors that compilation would catch on a GPU (unknown names,
+    # bad attributes, type errors in the kernel body) arrive wrapped in an InterpreterError.
+    return "InterpreterError" in names and text.startswith(("AttributeError", "NameError", "TypeError"))
 
 
 def classify(exc: BaseException, during: str) -> UserCodeError:

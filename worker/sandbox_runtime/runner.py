@@ -49,7 +49,9 @@ class Runner:
     def __init__(self) -> None:
         self.role = os.environ["KJ_ROLE"]
         self.mode = os.environ.get("KJ_MODE", "run")
-        self.device = torch.device(os.environ.get("KJ_DEVICE", "cpu"))
+        device = torch.device(os.environ.get("KJ_DEVICE", "cpu"))
+        # CUDA_VISIBLE_DEVICES narrows the view to the worker's GPU, which is then index 0.
+        self.device = torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
         self.in_dir = os.environ.get("KJ_IN_DIR", "/kj/in")
         self.out_dir = os.environ.get("KJ_OUT_DIR", "/kj/out")
         self.channel = Channel()
@@ -60,14 +62,15 @@ class Runner:
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> bool:
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and self.mode != "build":
             torch.cuda.set_device(self.device)
             torch.cuda.init()
         self.module = load_module(os.environ["KJ_SOURCE"], f"kj_{self.role}")
         missing = [name for name in REQUIRED_NAMES[self.role] if not hasattr(self.module, name)]
         if missing:
             raise UserCodeError("runtime_error", f"the module does not define {', '.join(missing)} after import")
-        self.channel.send("ready", environment=environment(self.device))
+        env_device = self.device if self.mode != "build" else torch.device("cpu")
+        self.channel.send("ready", environment=environment(env_device))
         return self.mode != "build"
 
     def serve(self) -> None:

@@ -23,6 +23,7 @@ _perf_counter = time.perf_counter
 _monotonic = time.monotonic
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
 _cuda_sync = getattr(torch._C, "_cuda_synchronize", None)
+_current_stream = torch.cuda.current_stream
 
 WARMUP_RUNS = 3
 L2_FLUSH_MIN_BYTES = 256 * 1024 * 1024
@@ -59,9 +60,10 @@ class _GpuIteration:
         self.flush.zero_()
         _cuda_sync()
         t0 = _perf_counter()
-        _EventBase.record(self.start)
+        stream = _current_stream()
+        _EventBase.record(self.start, stream)
         out = call()
-        _EventBase.record(self.end)
+        _EventBase.record(self.end, stream)
         _cuda_sync()
         t1 = _perf_counter()
         return _EventBase.elapsed_time(self.start, self.end), (t1 - t0) * 1e3, out

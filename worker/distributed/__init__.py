@@ -1,0 +1,1 @@
+"""Distributed execution: Celery workers (one per GPU) fed through a Redis broker."""

@@ -1,0 +1,63 @@
+"""Celery application for distributed workers (Redis broker).
+
+Reliability settings, and why:
+  acks_late + reject_on_worker_lost  a message is acknowledged only after the job finished; if
+                                     the process running it dies, the broker hands it out again.
+  prefetch 1, concurrency 1          a worker holds one job at a time: one job per GPU.
+  visibility_timeout > hard limit    Redis re-delivers an unacknowledged message only after a
+                                     job could not possibly still be running.
+  soft/hard time limits              a stuck job is stopped; the soft limit marks it failed.
+The job store's attempt counter turns "delivered again" into "retried once, then failed".
+Celery's own result backend is unused: results live in the job store.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+TASK_NAME = "kerneljudge.evaluate"
+QUEUE_NAME = "kerneljudge"
+
+# The engine's default stage limits add up to ~10 minutes; the hard limit leaves room for
+# slow builds, and the visibility timeout is longer than the hard limit.
+DEFAULT_HARD_LIMIT_S = 3600.0
+
+
+def time_limits() -> tuple[float, float, float]:
+    """(soft limit, hard limit, broker visibility timeout) in seconds."""
+    hard = float(os.environ.get("KERNELJUDGE_JOB_TIME_LIMIT_S", DEFAULT_HARD_LIMIT_S))
+    soft = max(hard - 60.0, hard * 0.9)
+    visibility = hard * 2 + 300.0
+    return soft, hard, visibility
+
+
+def make_celery(broker_url: str) -> Celery:
+    soft, hard, visibility = time_limits()
+    app = Celery("kerneljudge", broker=broker_url)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_concurrency=1,
+        task_soft_time_limit=soft,
+        task_time_limit=hard,
+        broker_transport_options={"visibility_timeout": visibility},
+        task_default_queue=QUEUE_NAME,
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    app.conf.include = ["worker.distributed.tasks"]
+    return app
+
+
+def broker_url_from_env() -> str | None:
+    return os.environ.get("KERNELJUDGE_BROKER_URL") or None
+
+
+# `celery -A worker.distributed.celery_app worker` and the worker processes use this instance.
+celery_app = make_celery(broker_url_from_env() or "redis://127.0.0.1:6379/0")

@@ -1,0 +1,317 @@
+"""Facts about a candidate's Python source that every rule needs, computed once.
+
+Name resolution: `qualname(node)` turns `F.relu`, `getattr(torch, "mm")` or an imported alias
+into a dotted name (`torch.nn.functional.relu`, `torch.mm`) using the candidate's imports and
+module-level aliases. Reachability: the functions that run when the model is called (forward,
+the helpers and methods it calls, hooks), excluding Triton kernels. Kernels: Triton functions
+(@triton.jit/autotune/heuristics) and load_inline extensions with the functions they export.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"}
+LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
+ENTRY_METHODS = ("forward", "__call__", "_call_impl")
+# torch.nn constructors that hold tensors rather than run a layer.
+NN_CONTAINERS_OF_TENSORS = {"Parameter", "ParameterList", "ParameterDict", "Buffer", "Module"}
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+
+
+def dotted_qualname(qualname: str | None, prefix: str) -> bool:
+    """True if `qualname` is `prefix` or inside it (`torch.cuda` matches `torch.cuda.Stream`)."""
+    return qualname is not None and (qualname == prefix or qualname.startswith(prefix + "."))
+
+
+def decorator_name(node: ast.expr) -> ast.expr:
+    return node.func if isinstance(node, ast.Call) else node
+
+
+@dataclass
+class CandidateFacts:
+    source: str
+    tree: ast.Module
+    # local name -> dotted name it stands for (imports, module-level aliases such as mm = torch.mm)
+    aliases: dict[str, str] = field(default_factory=dict)
+    imported: set[str] = field(default_factory=set)  # local names bound by import statements
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+    module_names: set[str] = field(default_factory=set)  # module-level assigned (non-import) names
+    triton_kernels: dict[str, ast.AST] = field(default_factory=dict)
+    load_inline_calls: list[ast.Call] = field(default_factory=list)
+    extension_names: set[str] = field(default_factory=set)  # module names bound to load_inline(...)
+    extension_attrs: set[str] = field(default_factory=set)  # self.<attr> bound to an extension
+    extension_functions: set[str] = field(default_factory=set)
+    layer_attrs: set[str] = field(default_factory=set)  # self.<attr> = nn.Linear(...) etc.
+    tensor_attrs: set[str] = field(default_factory=set)  # self.<attr> holding tensors/parameters
+    model_classes: list[ast.ClassDef] = field(default_factory=list)
+    reachable: list[FunctionNode] = field(default_factory=list)
+    parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
+
+    # ---- name resolution -------------------------------------------------------------------
+    def qualname(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id, node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.qualname(node.value)
+            return f"{base}.{node.attr}" if base else None
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            base = self.qualname(node.args[0])
+            return f"{base}.{node.args[1].value}" if base else None
+        return None
+
+    def is_imported_root(self, node: ast.AST) -> bool:
+        """True if the chain `a.b.c` starts at a name bound by an import statement."""
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in self.imported
+
+    def outermost_chains(self, root: ast.AST):
+        """Yield Name/Attribute/getattr nodes that are not part of a longer attribute chain."""
+        for node in ast.walk(root):
+            if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+                continue
+            if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+                continue
+            parent = self.parents.get(node)
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                continue
+            yield node
+
+    def segment(self, node: ast.AST, limit: int = 160) -> str:
+        text = ast.get_source_segment(self.source, node) or ""
+        text = " ".join(text.split())
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    def is_self_attr(self, node: ast.AST, attrs: set[str] | None = None) -> bool:
+        return (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and (attrs is None or node.attr in attrs)
+        )
+
+    def is_triton_kernel_ref(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.triton_kernels
+        return isinstance(node, ast.Attribute) and node.attr in self.triton_kernels
+
+    def is_extension_ref(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.extension_names
+        return self.is_self_attr(node, self.extension_attrs)
+
+    def is_load_inline(self, node: ast.AST) -> bool:
+        if not isinstance(node, ast.Call):
+            return False
+        name = self.qualname(node.func) or ""
+        return name == LOAD_INLINE or name.endswith(".load_inline") or name == "load_inline"
+
+    def enclosing_function(self, node: ast.AST) -> ast.AST | None:
+        node = self.parents.get(node)
+        while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            node = self.parents.get(node)
+        return node
+
+    def reachable_nodes(self):
+        """Every node inside the forward-reachable functions (each node once)."""
+        seen: set[int] = set()
+        for function in self.reachable:
+            for node in ast.walk(function):
+                if id(node) not in seen:
+                    seen.add(id(node))
+                    yield node
+
+
+def build_facts(source: str, tree: ast.Module) -> CandidateFacts:
+    facts = CandidateFacts(source=source, tree=tree)
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            facts.parents[child] = node
+    _collect_imports(facts)
+    _collect_module_level(facts)
+    _collect_kernels(facts)
+    _collect_model(facts)
+    _collect_reachable(facts)
+    return facts
+
+
+def _collect_imports(facts: CandidateFacts) -> None:
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                facts.aliases[local] = alias.name if alias.asname else local
+                facts.imported.add(local)
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                local = alias.asname or alias.name
+                facts.aliases[local] = f"{module}.{alias.name}" if module else alias.name
+                facts.imported.add(local)
+
+
+def _collect_module_level(facts: CandidateFacts) -> None:
+    for stmt in facts.tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            facts.functions[stmt.name] = stmt
+        elif isinstance(stmt, ast.ClassDef):
+            facts.classes[stmt.name] = stmt
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        facts.module_names.add(name.id)
+            value = stmt.value
+            if value is None or len(targets) != 1 or not isinstance(targets[0], ast.Name):
+                continue
+            # mm = torch.mm: later calls of mm resolve to torch.mm
+            if isinstance(value, (ast.Attribute, ast.Name)) and facts.is_imported_root(value):
+                facts.aliases[targets[0].id] = facts.qualname(value) or targets[0].id
+
+
+def _collect_kernels(facts: CandidateFacts) -> None:
+    for node in ast.walk(facts.tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = {facts.qualname(decorator_name(d)) for d in node.decorator_list}
+            if names & TRITON_DECORATORS:
+                facts.triton_kernels[node.name] = node
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            # kernel = triton.jit(fn)
+            if facts.qualname(node.value.func) in TRITON_DECORATORS:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        facts.triton_kernels[target.id] = node
+        if facts.is_load_inline(node):
+            facts.load_inline_calls.append(node)
+            for keyword in node.keywords:
+                if keyword.arg == "functions":
+                    for item in ast.walk(keyword.value):
+                        if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                            facts.extension_functions.add(item.value)
+    for node in ast.walk(facts.tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        binds_extension = facts.is_load_inline(node.value) or (
+            isinstance(node.value, ast.Name) and node.value.id in facts.extension_names
+        )
+        if not binds_extension:
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                facts.extension_names.add(target.id)
+            elif facts.is_self_attr(target):
+                facts.extension_attrs.add(target.attr)
+
+
+def _collect_model(facts: CandidateFacts) -> None:
+    if "ModelNew" in facts.classes:
+        facts.model_classes = _with_candidate_bases(facts, facts.classes["ModelNew"])
+    else:
+        facts.model_classes = [
+            cls for cls in facts.classes.values()
+            if any(isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body)
+        ]
+    for cls in facts.model_classes:
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Assign) and any(facts.is_self_attr(t) for t in node.targets):
+                kind = _attr_kind(facts, node.value)
+                for target in node.targets:
+                    if facts.is_self_attr(target) and kind == "layer":
+                        facts.layer_attrs.add(target.attr)
+                    elif facts.is_self_attr(target) and kind == "tensor":
+                        facts.tensor_attrs.add(target.attr)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("register_buffer", "register_parameter")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                facts.tensor_attrs.add(str(node.args[0].value))
+
+
+def _with_candidate_bases(facts: CandidateFacts, cls: ast.ClassDef) -> list[ast.ClassDef]:
+    ordered, pending = [], [cls]
+    while pending:
+        current = pending.pop(0)
+        if current in ordered:
+            continue
+        ordered.append(current)
+        for base in current.bases:
+            if isinstance(base, ast.Name) and base.id in facts.classes:
+                pending.append(facts.classes[base.id])
+    return ordered
+
+
+def _attr_kind(facts: CandidateFacts, value: ast.expr) -> str:
+    if isinstance(value, ast.Call):
+        name = facts.qualname(value.func) or ""
+        last = name.rsplit(".", 1)[-1]
+        if dotted_qualname(name, "torch.nn") and last[:1].isupper():
+            return "tensor" if last in NN_CONTAINERS_OF_TENSORS else "layer"
+        if name.startswith("torch.") or isinstance(value.func, ast.Attribute):
+            return "tensor"
+    return "other"
+
+
+def _collect_reachable(facts: CandidateFacts) -> None:
+    methods: dict[str, FunctionNode] = {}
+    for cls in reversed(facts.model_classes):  # subclasses override bases
+        for stmt in cls.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                methods[stmt.name] = stmt
+    pending: list[FunctionNode] = [methods[name] for name in ENTRY_METHODS if name in methods]
+    # Hooks run on every call, like forward.
+    for cls in facts.model_classes:
+        for node in ast.walk(cls):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr.startswith("register_")
+                and node.func.attr.endswith("hook")
+            ):
+                pending.extend(_callables_in(facts, node.args, methods))
+    reached: list[FunctionNode] = []
+    while pending:
+        function = pending.pop()
+        if function in reached or getattr(function, "name", None) in facts.triton_kernels:
+            continue
+        reached.append(function)
+        for node in ast.walk(function):
+            if isinstance(node, ast.Name) and node.id in facts.functions:
+                pending.append(facts.functions[node.id])
+            elif facts.is_self_attr(node) and node.attr in methods:
+                pending.append(methods[node.attr])
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr == "apply"
+                and isinstance(node.value, ast.Name)
+                and node.value.id in facts.classes
+            ):
+                # Custom autograd.Function: Fn.apply(x) runs Fn.forward
+                for stmt in facts.classes[node.value.id].body:
+                    if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward":
+                        pending.append(stmt)
+    facts.reachable = reached
+
+
+def _callables_in(facts: CandidateFacts, args: list[ast.expr], methods: dict[str, FunctionNode]):
+    for arg in args:
+        if isinstance(arg, ast.Lambda):
+            yield arg
+        elif isinstance(arg, ast.Name) and arg.id in facts.functions:
+            yield facts.functions[arg.id]
+        elif facts.is_self_attr(arg) and arg.attr in methods:
+            yield methods[arg.attr]

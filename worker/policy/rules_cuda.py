@@ -1,0 +1,201 @@
+"""Rules over the candidate's C++/CUDA sources (tokenized, never regex over raw text).
+
+The same behaviour gets the same rule id in Python and in C++ (spawning a process is KJ404
+whether it is subprocess.run or system()), so a job disables a behaviour in one place.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from .context import PolicyContext
+from .cuda_sources import CudaSource, build_flags
+from .cuda_tokens import Token, directive_body_tokens, include_target, tokenize
+from .registry import Finding
+from .vocab import ALLOCATION_CALLS, TENSOR_COMPUTE_METHODS, VERDICT_WORDS
+
+# Free functions called as name(...): rule id per name.
+CALL_RULES: dict[str, str] = {
+    **dict.fromkeys(("system", "popen", "_popen", "fork", "vfork", "execl", "execlp", "execle", "execv", "execvp",
+                     "execve", "execvpe", "posix_spawn", "posix_spawnp", "setsid", "daemon"), "KJ404-process-spawn"),
+    **dict.fromkeys(("fopen", "fopen64", "freopen", "open", "openat", "creat", "remove", "unlink", "rename",
+                     "mkdir", "rmdir", "opendir", "readdir", "truncate", "ftruncate", "readlink", "symlink",
+                     "chmod", "access", "stat", "lstat", "tmpfile", "mkstemp"), "KJ406-file-access"),
+    **dict.fromkeys(("dlopen", "dlsym", "dlmopen", "syscall", "mprotect", "ptrace", "LoadLibrary",
+                     "LoadLibraryA", "GetProcAddress", "mmap", "process_vm_readv", "process_vm_writev"),
+                    "KJ407-native-code-loading"),
+    **dict.fromkeys(("socket", "connect", "gethostbyname", "getaddrinfo", "sendto", "recvfrom", "inet_pton",
+                     "curl_easy_init", "curl_easy_perform"), "KJ405-network"),
+    **dict.fromkeys(("exit", "_exit", "_Exit", "quick_exit", "abort", "kill", "killpg", "raise", "terminate",
+                     "pthread_kill", "cudaDeviceReset", "signal", "sigaction", "alarm"), "KJ403-process-exit"),
+    **dict.fromkeys(("pthread_create", "async", "thread", "jthread", "cudaLaunchHostFunc", "cudaStreamAddCallback"),
+                    "KJ302-background-thread"),
+    **dict.fromkeys(("cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority",
+                     "getStreamFromPool", "getStreamFromExternal", "setCurrentCUDAStream"), "KJ301-side-stream"),
+    **dict.fromkeys(("cudaStreamSetAttribute", "cudaCtxResetPersistingL2Cache", "cuStreamSetAttribute",
+                     "cudaGraphKernelNodeSetAttribute"), "KJ304-persisting-l2"),
+    **dict.fromkeys(("clock", "clock64", "__nanosleep", "nanosleep", "usleep", "sleep"), "KJ315-device-clock-read"),
+    **dict.fromkeys(("__globaltimer", "cudaEventElapsedTime", "gettimeofday", "clock_gettime", "time", "rdtsc",
+                     "__rdtsc"), "KJ308-clock-access"),
+    **dict.fromkeys(("cudaGraphCreate", "cudaGraphInstantiate", "cudaGraphLaunch", "cudaStreamBeginCapture",
+                     "cudaStreamEndCapture", "cudaGraphAddKernelNode", "capture_begin", "replay"), "KJ112-cuda-graph"),
+    **dict.fromkeys(("cudaMalloc", "cudaMallocManaged", "cudaMallocHost", "cudaHostAlloc", "cudaMallocAsync",
+                     "cudaMallocPitch", "cudaMalloc3D", "cuMemAlloc", "cuMemAllocManaged", "raw_alloc",
+                     "cudaDeviceSetLimit"), "KJ408-raw-gpu-allocation"),
+    **dict.fromkeys(("getenv", "secure_getenv"), "KJ306-env-read"),
+    **dict.fromkeys(("setenv", "putenv", "unsetenv"), "KJ307-env-write"),
+    **dict.fromkeys(("getCurrentCUDABlasHandle", "getCurrentCUDABlasLtHandle", "getCurrentCUDASolverDnHandle",
+                     "getCudnnHandle"), "KJ114-vendor-library"),
+}
+# Identifiers that are suspicious wherever they appear (types, constants).
+IDENT_RULES: dict[str, str] = {
+    **dict.fromkeys(("accessPolicyWindow", "cudaLimitPersistingL2CacheSize", "cudaAccessPropertyPersisting",
+                     "cudaStreamAttributeAccessPolicyWindow", "cudaLaunchAttributeAccessPolicyWindow",
+                     "cudaKernelNodeAttributeAccessPolicyWindow", "CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW"),
+                    "KJ304-persisting-l2"),
+    **dict.fromkeys(("cudaStreamPerThread", "cudaStreamNonBlocking", "CUDAStreamGuard", "OptionalCUDAStreamGuard"),
+                    "KJ301-side-stream"),
+    **dict.fromkeys(("ifstream", "ofstream", "fstream", "filebuf", "FILE"), "KJ406-file-access"),
+    **dict.fromkeys(("CUDAGraph", "cudaGraph_t", "cudaGraphExec_t"), "KJ112-cuda-graph"),
+    **dict.fromkeys(("chrono",), "KJ308-clock-access"),
+    **dict.fromkeys(("environ",), "KJ306-env-read"),
+}
+INCLUDE_RULES: tuple[tuple[str, str], ...] = (
+    ("cublas", "KJ114-vendor-library"), ("cudnn", "KJ114-vendor-library"), ("cusparse", "KJ114-vendor-library"),
+    ("cusolver", "KJ114-vendor-library"), ("cufft", "KJ114-vendor-library"), ("cutensor", "KJ114-vendor-library"),
+    ("ATen/cuda/CUDABlas", "KJ114-vendor-library"), ("ATen/cudnn", "KJ114-vendor-library"),
+    ("thread", "KJ302-background-thread"), ("future", "KJ302-background-thread"), ("pthread", "KJ302-background-thread"),
+    ("sys/socket", "KJ405-network"), ("netinet", "KJ405-network"), ("arpa/inet", "KJ405-network"),
+    ("netdb", "KJ405-network"), ("curl", "KJ405-network"), ("dlfcn", "KJ407-native-code-loading"),
+    ("sys/mman", "KJ407-native-code-loading"), ("sys/syscall", "KJ407-native-code-loading"),
+    ("fstream", "KJ406-file-access"), ("filesystem", "KJ406-file-access"), ("fcntl", "KJ406-file-access"),
+    ("unistd", "KJ409-unusual-import"), ("csignal", "KJ403-process-exit"), ("signal.h", "KJ403-process-exit"),
+    ("chrono", "KJ308-clock-access"), ("sys/time", "KJ308-clock-access"), ("CUDAGraph", "KJ112-cuda-graph"),
+)
+VENDOR_PREFIXES = ("cublas", "cudnn", "cusparse", "cusolver", "cufft", "cutensor")
+TIMER_REGISTERS = re.compile(r"%(globaltimer|clock|clock64|clock_hi|globaltimer_lo|globaltimer_hi)\b")
+# at::/torch:: free functions that do not compute (allocation, wrapping memory, options).
+ATEN_ALLOWED = ALLOCATION_CALLS | {
+    "from_blob", "device", "dtype", "scalarTypeToTypeMeta", "toString", "elementSize", "ceil_div", "globalContext",
+    "scalar_tensor", "empty_cuda", "zeros_cuda", "requires_grad", "layout", "memory_format",
+}
+ATEN_NAMESPACES = {"at", "torch", "aten"}
+ATEN_NON_COMPUTE_NAMESPACES = {"cuda", "native_cuda", "Tensor", "indexing", "detail"}
+# Namespaces under which CALL_RULES names mean the library function (not a user's own namespace).
+KNOWN_QUALIFIERS = {None, "", "std", "at", "cuda", "c10", "torch", "detail"}
+PRINTERS = {"printf", "fprintf", "puts", "cout", "cerr", "fputs", "std"}
+_VERDICT = re.compile(r"\b(" + "|".join(VERDICT_WORDS) + r")\b", re.IGNORECASE)
+_LDFLAG_VENDORS = re.compile(r"-l(cublas|cublasLt|cudnn|cusparse|cusolver|cufft)\b")
+
+
+def detect_cuda_rules(ctx: PolicyContext) -> Iterator[Finding]:
+    for source in ctx.cuda_sources:
+        tokens = tokenize(source.text)
+        expanded: list[Token] = []
+        for token in tokens:
+            expanded.append(token)
+            if token.kind == "directive":
+                expanded.extend(directive_body_tokens(token))
+        yield from _scan(source, expanded)
+    for flag, line in build_flags(ctx.facts):
+        match = _LDFLAG_VENDORS.search(flag)
+        if match:
+            yield Finding("KJ114-vendor-library", f"links the vendor library {match.group(1)}", line=line, evidence=flag)
+
+
+def _scan(source: CudaSource, tokens: list[Token]) -> Iterator[Finding]:
+    lines = source.text.splitlines()
+
+    def finding(rule: str, what: str, token: Token) -> Finding:
+        text = lines[token.line].strip() if token.line < len(lines) else token.text
+        return Finding(rule, f"{what} (in {source.origin})", line=source.line + token.line, evidence=text[:160])
+
+    for index, token in enumerate(tokens):
+        previous = tokens[index - 1] if index else None
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        if token.kind == "directive":
+            target = include_target(token)
+            if target is not None:
+                for needle, rule in INCLUDE_RULES:
+                    if needle in target:
+                        yield finding(rule, f"includes <{target}>", token)
+                        break
+            if "##" in token.text and token.text.lstrip("#").strip().startswith("define"):
+                yield finding("KJ402-dynamic-code", "pastes identifiers together in a macro", token)
+            continue
+        if token.kind == "string":
+            if TIMER_REGISTERS.search(token.value):
+                yield finding("KJ305-device-timer-asm", "reads a hardware timer register in inline PTX", token)
+            if _VERDICT.search(token.value) and _printed(tokens, index):
+                yield finding("KJ411-verdict-like-output", "prints text that looks like a verdict", token)
+            continue
+        if token.kind != "ident":
+            continue
+        is_call = following is not None and following.text == "("
+        is_member = previous is not None and previous.text in (".", "->")
+        qualifier = _qualifier(tokens, index)
+        if token.text in ("thread", "jthread", "async") and qualifier == "std":
+            yield finding("KJ302-background-thread", f"uses std::{token.text}", token)
+            continue
+        if token.text in IDENT_RULES:
+            yield finding(IDENT_RULES[token.text], f"uses {token.text}", token)
+        if is_call and not is_member and token.text in CALL_RULES and qualifier in KNOWN_QUALIFIERS:
+            yield finding(CALL_RULES[token.text], f"calls {token.text}()", token)
+        elif is_call and token.text.startswith(VENDOR_PREFIXES):
+            yield finding("KJ114-vendor-library", f"calls the vendor library function {token.text}()", token)
+        if is_call and is_member and token.text in TENSOR_COMPUTE_METHODS:
+            yield finding("KJ101-torch-compute-in-forward", f"calls the ATen tensor method .{token.text}()", token)
+        elif is_call and qualifier is not None and _is_aten_compute(tokens, index):
+            yield finding("KJ101-torch-compute-in-forward", f"calls the ATen op {qualifier}::{token.text}()", token)
+        if token.text == "blas" and following is not None and following.text == "::":
+            yield finding("KJ114-vendor-library", "calls ATen's cuBLAS wrappers", token)
+
+
+def _qualifier(tokens: list[Token], index: int) -> str | None:
+    """`ns` for `ns::name`, "" for `::name`, None when unqualified."""
+    if index >= 1 and tokens[index - 1].text == "::":
+        if index >= 2 and tokens[index - 2].kind == "ident":
+            return tokens[index - 2].text
+        return ""
+    return None
+
+
+def _is_aten_compute(tokens: list[Token], index: int) -> bool:
+    """at::matmul(...), torch::softmax(...), at::native::add(...), but not at::empty or at::cuda::x."""
+    chain: list[str] = [tokens[index].text]
+    j = index - 1
+    while j >= 1 and tokens[j].text == "::" and tokens[j - 1].kind == "ident":
+        chain.insert(0, tokens[j - 1].text)
+        j -= 2
+    if len(chain) < 2 or chain[0] not in ATEN_NAMESPACES:
+        return False
+    if any(part in ATEN_NON_COMPUTE_NAMESPACES for part in chain[1:-1]):
+        return False
+    name = chain[-1]
+    if name in ATEN_ALLOWED or name[:1].isupper() or (name.startswith("k") and name[1:2].isupper()):
+        return False
+    return name in TENSOR_COMPUTE_METHODS or "native" in chain or "_ops" in chain or len(chain) == 2
+
+
+def _printed(tokens: list[Token], index: int) -> bool:
+    j = index - 1
+    while j >= 0 and tokens[j].text not in (";", "{", "}"):
+        if tokens[j].kind == "ident" and tokens[j].text in PRINTERS:
+            return True
+        j -= 1
+    return False
+
+
+def detect_triton_inline_asm(ctx: PolicyContext) -> Iterator[Finding]:
+    facts = ctx.facts
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.Call) and (facts.qualname(node.func) or "").endswith("inline_asm_elementwise"):
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and TIMER_REGISTERS.search(arg.value):
+                    yield ctx.finding("KJ305-device-timer-asm", "reads a hardware timer register in Triton inline asm",
+                                      node)
+
+
+DETECTORS = (detect_cuda_rules, detect_triton_inline_asm)

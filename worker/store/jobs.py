@@ -1,0 +1,410 @@
+"""Durable job store shared by the API and every worker (embedded threads or Celery).
+
+State changes are single conditional UPDATEs (`... WHERE status = <expected>`), so two
+workers can never both claim a job and a late writer cannot overwrite a newer state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, func, or_, select, text, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from .records import (
+    ACTIVE_STATUSES,
+    IN_FLIGHT_STATUSES,
+    MAX_ATTEMPTS,
+    IdempotencyConflict,
+    Job,
+    JobStatus,
+    NewJob,
+    Problem,
+)
+from .schema import Base, JobRow, ProblemRow
+
+log = logging.getLogger(__name__)
+
+DB_FILE_NAME = "kerneljudge.db"
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("KERNELJUDGE_DATA_DIR", "./data")).expanduser()
+
+
+def database_url_from_env() -> str:
+    """KERNELJUDGE_DATABASE_URL, else a SQLite file in KERNELJUDGE_DATA_DIR."""
+    url = os.environ.get("KERNELJUDGE_DATABASE_URL", "").strip()
+    if url:
+        return normalise_url(url)
+    data_dir = default_data_dir()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(data_dir / DB_FILE_NAME).resolve()}"
+
+
+def normalise_url(url: str) -> str:
+    # psycopg3 is the only PostgreSQL driver we depend on; plain postgres URLs default to it.
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def problem_id_for(reference: str) -> str:
+    return hashlib.sha256(reference.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def submission_hash(problem_id: str, submission: dict[str, Any], priority: int) -> str:
+    body = json.dumps({"p": problem_id, "s": submission, "prio": priority}, sort_keys=True)
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record):
+            cursor = dbapi_connection.cursor()
+            # WAL lets readers (status polls) proceed while a writer commits.
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class JobStore:
+    def __init__(self, url: str | None = None):
+        self.url = normalise_url(url) if url else database_url_from_env()
+        self.engine = _make_engine(self.url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        Base.metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def _session(self) -> Session:
+        return self._sessions()
+
+    # ---- problems -------------------------------------------------------------------------
+
+    def put_problem(self, reference: str, name: str | None = None) -> tuple[Problem, bool]:
+        """Register a reference; returns (problem, created). The id is sha256(reference)."""
+        pid = problem_id_for(reference)
+        existing = self.get_problem(pid)
+        if existing is not None:
+            return existing, False
+        now = time.time()
+        try:
+            with self._session() as s, s.begin():
+                s.add(ProblemRow(id=pid, reference=reference, name=name, created_at=now))
+        except IntegrityError:
+            found = self.get_problem(pid)
+            if found is None:
+                raise
+            return found, False
+        return Problem(pid, reference, name, now), True
+
+    def get_problem(self, problem_id: str) -> Problem | None:
+        with self._session() as s:
+            row = s.get(ProblemRow, problem_id)
+            return Problem(row.id, row.reference, row.name, row.created_at) if row else None
+
+    # ---- submission and reads -------------------------------------------------------------
+
+    def create_job(self, new: NewJob) -> tuple[Job, bool]:
+        """Insert a job; with an idempotency key already used by this API key, return that job.
+
+        Returns (job, created). Raises IdempotencyConflict when the key was used for another body.
+        """
+        digest = submission_hash(new.problem_id, new.submission, new.priority)
+        if new.idempotency_key is not None:
+            existing = self._by_idempotency(new.api_key_id, new.idempotency_key)
+            if existing is not None:
+                return self._replay(existing, digest), False
+        now = time.time()
+        finished = new.result is not None
+        row = JobRow(
+            id=uuid.uuid4().hex,
+            status=JobStatus.done.value if finished else JobStatus.queued.value,
+            priority=new.priority,
+            created_at=now,
+            updated_at=now,
+            finished_at=now if finished else None,
+            problem_id=new.problem_id,
+            submission=json.dumps(new.submission),
+            result=json.dumps(new.result) if finished else None,
+            verdict=new.verdict,
+            attempts=0,
+            api_key_id=new.api_key_id,
+            idempotency_key=new.idempotency_key,
+            submission_hash=digest,
+        )
+        try:
+            with self._session() as s, s.begin():
+                s.add(row)
+        except IntegrityError:
+            # Two requests raced with the same idempotency key: the first insert wins.
+            existing = self._by_idempotency(new.api_key_id, new.idempotency_key) if new.idempotency_key else None
+            if existing is None:
+                raise
+            return self._replay(existing, digest), False
+        return Job.from_row(row), True
+
+    def _by_idempotency(self, api_key_id: str, key: str) -> tuple[Job, str] | None:
+        with self._session() as s:
+            row = s.scalars(
+                select(JobRow).where(JobRow.api_key_id == api_key_id, JobRow.idempotency_key == key)
+            ).first()
+            return (Job.from_row(row), row.submission_hash) if row else None
+
+    def has_idempotency_key(self, api_key_id: str, key: str) -> bool:
+        return self._by_idempotency(api_key_id, key) is not None
+
+    @staticmethod
+    def _replay(existing: tuple[Job, str], digest: str) -> Job:
+        job, stored_digest = existing
+        if stored_digest != digest:
+            raise IdempotencyConflict(job)
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._session() as s:
+            row = s.get(JobRow, job_id)
+            return Job.from_row(row) if row else None
+
+    def get_many(self, job_ids: list[str]) -> dict[str, Job]:
+        if not job_ids:
+            return {}
+        with self._session() as s:
+            rows = s.scalars(select(JobRow).where(JobRow.id.in_(job_ids))).all()
+            return {row.id: Job.from_row(row) for row in rows}
+
+    def status_counts(self) -> dict[str, int]:
+        with self._session() as s:
+            rows = s.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).all()
+            return {status: count for status, count in rows}
+
+    def verdict_counts(self) -> dict[tuple[str, str], int]:
+        with self._session() as s:
+            rows = s.execute(
+                select(JobRow.status, JobRow.verdict, func.count())
+                .where(JobRow.status.in_([JobStatus.done.value, JobStatus.failed.value]))
+                .group_by(JobRow.status, JobRow.verdict)
+            ).all()
+            return {(status, verdict or ""): count for status, verdict, count in rows}
+
+    def queue_depth(self) -> int:
+        with self._session() as s:
+            return s.scalar(select(func.count()).where(JobRow.status == JobStatus.queued.value)) or 0
+
+    def load(self, api_key_id: str) -> tuple[int, int]:
+        """(jobs queued overall, unfinished jobs of this API key) in one query."""
+        queued = JobRow.status == JobStatus.queued.value
+        mine = (JobRow.api_key_id == api_key_id) & JobRow.status.in_(ACTIVE_STATUSES)
+        with self._session() as s:
+            row = s.execute(select(func.count().filter(queued), func.count().filter(mine))
+                            .where(JobRow.status.in_(ACTIVE_STATUSES))).one()
+            return int(row[0] or 0), int(row[1] or 0)
+
+    def active_count(self, api_key_id: str) -> int:
+        with self._session() as s:
+            return s.scalar(
+                select(func.count()).where(JobRow.api_key_id == api_key_id, JobRow.status.in_(ACTIVE_STATUSES))
+            ) or 0
+
+    # ---- state changes --------------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> Job | None:
+        """Cancel a queued job. Returns the job as it is afterwards (None if it does not exist)."""
+        now = time.time()
+        with self._session() as s, s.begin():
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status == JobStatus.queued.value)
+                .values(status=JobStatus.cancelled.value, finished_at=now, updated_at=now,
+                        error="cancelled by the client before it started")
+            )
+        return self.get(job_id)
+
+    def claim_next(self, worker: str, gpu: str | None) -> Job | None:
+        """Take the highest-priority, oldest queued job for this worker (None if none is queued)."""
+        for _ in range(20):
+            with self._session() as s, s.begin():
+                candidate = s.scalar(
+                    select(JobRow.id)
+                    .where(JobRow.status == JobStatus.queued.value)
+                    .order_by(JobRow.priority.desc(), JobRow.created_at)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                )
+                if candidate is None:
+                    return None
+                if self._take(s, candidate, JobStatus.queued.value, worker, gpu):
+                    break
+        else:
+            return None
+        return self.get(candidate)
+
+    def claim(self, job_id: str, worker: str, gpu: str | None) -> tuple[Job | None, str]:
+        """Claim one given job (the Celery path). Returns (job to run or None, why).
+
+        A job found `building`/`running` here was delivered again because the worker that held
+        it died: it is run once more, or failed if it already had its retry.
+        """
+        job = self.get(job_id)
+        if job is None:
+            return None, "no such job"
+        if job.terminal:
+            return None, f"job is already {job.status}"
+        if job.status in IN_FLIGHT_STATUSES and job.attempts >= MAX_ATTEMPTS:
+            self.fail(job_id, self._died_reason(job), expected=job.status)
+            return None, "worker died on the final attempt; job failed"
+        with self._session() as s, s.begin():
+            taken = self._take(s, job_id, job.status, worker, gpu, expected_attempts=job.attempts)
+        if not taken:
+            return None, "another worker changed the job first"
+        return self.get(job_id), "claimed"
+
+    @staticmethod
+    def _take(s: Session, job_id: str, expected: str, worker: str, gpu: str | None,
+              expected_attempts: int | None = None) -> bool:
+        now = time.time()
+        conditions = [JobRow.id == job_id, JobRow.status == expected]
+        if expected_attempts is not None:
+            conditions.append(JobRow.attempts == expected_attempts)
+        result = s.execute(
+            update(JobRow)
+            .where(*conditions)
+            .values(status=JobStatus.building.value, building_at=now, running_at=None, updated_at=now,
+                    worker=worker, gpu=gpu, attempts=JobRow.attempts + 1)
+        )
+        return result.rowcount == 1
+
+    def mark_running(self, job_id: str, attempt: int) -> bool:
+        now = time.time()
+        with self._session() as s, s.begin():
+            result = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status == JobStatus.building.value, JobRow.attempts == attempt)
+                .values(status=JobStatus.running.value, running_at=now, updated_at=now)
+            )
+            return result.rowcount == 1
+
+    def finish(self, job_id: str, attempt: int, result: dict[str, Any], verdict: str) -> bool:
+        """Store the engine's result (job -> done). False if the job was taken from this attempt."""
+        now = time.time()
+        with self._session() as s, s.begin():
+            outcome = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status.in_(IN_FLIGHT_STATUSES), JobRow.attempts == attempt)
+                .values(status=JobStatus.done.value, finished_at=now, updated_at=now,
+                        result=json.dumps(result), verdict=verdict, error=None)
+            )
+            return outcome.rowcount == 1
+
+    def fail(self, job_id: str, reason: str, *, attempt: int | None = None, expected: str | None = None) -> bool:
+        """Job -> failed with a reason (the service could not produce an evaluation)."""
+        now = time.time()
+        conditions = [JobRow.id == job_id]
+        conditions.append(JobRow.status == expected if expected else JobRow.status.in_(ACTIVE_STATUSES))
+        if attempt is not None:
+            conditions.append(JobRow.attempts == attempt)
+        with self._session() as s, s.begin():
+            outcome = s.execute(
+                update(JobRow).where(*conditions)
+                .values(status=JobStatus.failed.value, finished_at=now, updated_at=now, error=reason)
+            )
+            return outcome.rowcount == 1
+
+    @staticmethod
+    def _died_reason(job: Job) -> str:
+        return (f"the worker running this job stopped {job.attempts} times (last: {job.worker}); "
+                "it was retried once and is not retried again")
+
+    def recover_orphans(self, worker_prefix: str) -> tuple[int, int]:
+        """After a restart: requeue in-flight jobs of workers named `worker_prefix*` once, fail repeats.
+
+        Returns (requeued, failed).
+        """
+        with self._session() as s:
+            rows = s.scalars(
+                select(JobRow).where(JobRow.status.in_(IN_FLIGHT_STATUSES), JobRow.worker.like(f"{worker_prefix}%"))
+            ).all()
+            orphans = [Job.from_row(r) for r in rows]
+        requeued = failed = 0
+        for job in orphans:
+            if job.attempts >= MAX_ATTEMPTS:
+                failed += self.fail(job.id, self._died_reason(job), expected=job.status)
+                continue
+            now = time.time()
+            with self._session() as s, s.begin():
+                outcome = s.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job.id, JobRow.status == job.status, JobRow.attempts == job.attempts)
+                    .values(status=JobStatus.queued.value, updated_at=now,
+                            error=f"requeued after its worker {job.worker} stopped")
+                )
+                requeued += outcome.rowcount
+        if requeued or failed:
+            log.warning("recovered jobs of stopped workers %s*: %d requeued, %d failed", worker_prefix, requeued, failed)
+        return requeued, failed
+
+    def fail_overdue(self, max_runtime_s: float) -> int:
+        """Fail in-flight jobs that started longer ago than any job may run (their worker is gone)."""
+        cutoff = time.time() - max_runtime_s
+        with self._session() as s:
+            rows = s.scalars(
+                select(JobRow).where(JobRow.status.in_(IN_FLIGHT_STATUSES), JobRow.building_at < cutoff)
+            ).all()
+            overdue = [Job.from_row(r) for r in rows]
+        count = 0
+        for job in overdue:
+            count += self.fail(
+                job.id,
+                f"no result {max_runtime_s:.0f}s after it started on {job.worker}; its worker is presumed dead",
+                attempt=job.attempts, expected=job.status,
+            )
+        return count
+
+    # ---- export ---------------------------------------------------------------------------
+
+    def iter_jobs(self, *, api_key_id: str | None = None, since: float | None = None,
+                  finished_only: bool = True, page: int = 500) -> Iterator[Job]:
+        """All jobs in creation order, page by page (constant memory)."""
+        cursor: tuple[float, str] | None = None
+        while True:
+            query = select(JobRow).order_by(JobRow.created_at, JobRow.id).limit(page)
+            if api_key_id is not None:
+                query = query.where(JobRow.api_key_id == api_key_id)
+            if since is not None:
+                query = query.where(JobRow.created_at >= since)
+            if finished_only:
+                query = query.where(JobRow.status == JobStatus.done.value)
+            if cursor is not None:
+                query = query.where(or_(JobRow.created_at > cursor[0],
+                                        (JobRow.created_at == cursor[0]) & (JobRow.id > cursor[1])))
+            with self._session() as s:
+                rows = s.scalars(query).all()
+                jobs = [Job.from_row(r) for r in rows]
+            yield from jobs
+            if len(jobs) < page:
+                return
+            cursor = (jobs[-1].created_at, jobs[-1].id)
