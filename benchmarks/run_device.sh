@@ -26,9 +26,16 @@ for step in $steps; do
     eval)
         python3 -m benchmarks.gpu_eval --device cuda --repeats ${KJ_REPEATS:-5} --timing-budget ${KJ_TIMING_BUDGET:-1.0} --trials ${KJ_TRIALS:-5} \
             --out "$out/gpu_eval_$stamp.md" --jsonl "$out/gpu_eval.jsonl" 2>&1 | tee "$out/gpu_eval.log" ;;
+    prebuild)
+        python3 -m benchmarks.prebuild 'benchmarks/redteam/cases/*/candidate.py' \
+            'benchmarks/problems/elementwise/cuda_*.py' --threads 12 2>&1 | tee "$out/prebuild.log" ;;
     redteam)
-        python3 -m benchmarks.redteam --device cuda --markdown "$out/redteam_gpu_$stamp.md" 2>&1 \
+        python3 -m benchmarks.redteam --device cuda --gpu-only --markdown "$out/redteam_gpu_$stamp.md" 2>&1 \
             | tee "$out/redteam.log" ;;
+    elementwise)
+        python3 -m benchmarks.gpu_eval --device cuda --problems elementwise --kinds triton_ok cuda_ok \
+            --repeats 3 --timing-budget 0.5 --trials 3 --out "$out/gpu_eval_elementwise_$stamp.md" 2>&1 \
+            | tee "$out/gpu_eval_elementwise.log" ;;
     tests)
         python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" ;;
     esac

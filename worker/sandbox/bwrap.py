@@ -80,7 +80,9 @@ def build_argv(bwrap: str, spec: SandboxSpec, command: list[str]) -> list[str]:
         argv += ["--ro-bind", "/sys", "/sys"]
     for mount in spec.mounts:
         argv += ["--bind" if mount.writable else "--ro-bind", str(mount.source), mount.target]
-    argv += ["--dir", spec.workdir, "--chdir", spec.workdir, "--clearenv"]
+    # Everything outside the writable binds and /tmp is read-only, the sandbox's own root
+    # included (bwrap builds it on a tmpfs that would otherwise accept writes).
+    argv += ["--remount-ro", "/", "--chdir", spec.workdir, "--clearenv"]
     for key, value in sorted(spec.env.items()):
         argv += ["--setenv", key, value]
     return [*argv, "--", *command]

@@ -34,6 +34,6 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)
     gpu_device_nodes: list[str] = field(default_factory=list)
     isolate_network: bool = True
-    workdir: str = "/kj/work"
+    workdir: str = "/tmp"
     tmp_size_bytes: int = 4 * 1024**3
     limits: ResourceLimits = field(default_factory=ResourceLimits)

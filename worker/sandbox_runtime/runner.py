@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import traceback
 
 import torch
@@ -39,7 +40,8 @@ def environment(device: torch.device) -> dict:
         try:
             with open("/proc/driver/nvidia/version") as handle:
                 first = handle.readline()
-            info["driver"] = first.split("Kernel Module")[-1].split()[0] if "Kernel Module" in first else None
+            match = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", first)
+            info["driver"] = match.group(1) if match else None
         except OSError:
             info["driver"] = None
     return info
@@ -169,9 +171,8 @@ class Runner:
             )
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "while timing forward") from exc
-        if command.get("save_outputs"):
-            stored = {slot: to_storable(out) for slot, out in samples.last_outputs.items()}
-            torch.save({"pool": stored}, f"{self.out_dir}/timed_outputs_{command.get('tag', 'main')}.pt")
+        # Kept for `save_timed`, which writes them outside the externally clocked request.
+        self.last_timed = samples.last_outputs
         self.channel.send(
             "timing",
             device_ms=samples.device_ms,
@@ -180,6 +181,12 @@ class Runner:
             stopped_by=samples.stopped_by,
             tampered=self.integrity.changed(),
         )
+
+
+    def op_save_timed(self, command: dict) -> None:
+        stored = {slot: to_storable(out) for slot, out in getattr(self, "last_timed", {}).items()}
+        torch.save({"pool": stored}, f"{self.out_dir}/timed_outputs_{command['tag']}.pt")
+        self.channel.send("done", op="save_timed", tampered=self.integrity.changed())
 
 
 def main() -> int:

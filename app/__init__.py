@@ -1,0 +1,1 @@
+"""kerneljudge reward service: HTTP API (FastAPI) over the job store and the workers."""

@@ -1,0 +1,59 @@
+"""API key authentication (`Authorization: Bearer <key>`) and per-key rate limiting."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+bearer_scheme = HTTPBearer(auto_error=False, description="An API key from KERNELJUDGE_API_KEYS.")
+
+OPEN_KEY_ID = "open"
+
+
+@dataclass(frozen=True)
+class Principal:
+    key_id: str
+    admin: bool
+
+    def can_see(self, owner_key_id: str) -> bool:
+        return self.admin or owner_key_id == self.key_id
+
+
+def _lookup(request: Request, raw_key: str | None) -> Principal:
+    settings = request.app.state.settings
+    if settings.open_mode:
+        return Principal(OPEN_KEY_ID, admin=True)
+    if not raw_key:
+        raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'",
+                            headers={"WWW-Authenticate": "Bearer"})
+    found = settings.api_keys.get(hashlib.sha256(raw_key.encode("utf-8", "surrogatepass")).hexdigest())
+    if found is None:
+        raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
+    return Principal(found.key_id, found.admin)
+
+
+def _rate_limit(request: Request, principal: Principal) -> None:
+    retry_after = request.app.state.rate_limiter.acquire(principal.key_id)
+    if retry_after is not None:
+        raise HTTPException(429, "rate limit exceeded for this API key; retry after the Retry-After delay",
+                            headers={"Retry-After": str(max(1, int(retry_after + 0.999)))})
+
+
+async def authenticate(request: Request,
+                 credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme)) -> Principal:
+    principal = _lookup(request, credentials.credentials if credentials else None)
+    _rate_limit(request, principal)
+    return principal
+
+
+async def authenticate_bearer_or_query(request: Request, key: str | None = None,
+                                 credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme)
+                                 ) -> Principal:
+    """For trainers that cannot send headers (OpenRLHF's remote reward): `?key=` also works."""
+    raw = credentials.credentials if credentials else key
+    principal = _lookup(request, raw)
+    _rate_limit(request, principal)
+    return principal

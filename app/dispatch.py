@@ -1,0 +1,96 @@
+"""How queued jobs reach a worker: embedded threads (default) or Celery over Redis."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from worker.store import Job, JobStore, public_job
+from worker.store.callbacks import deliver
+
+from .executors import LocalWorkerPool, plan_identities
+from .metrics import ServiceMetrics
+from .waiting import JobEvents
+
+log = logging.getLogger(__name__)
+
+
+class DispatchError(Exception):
+    """The job could not be handed to a worker (e.g. the broker is down)."""
+
+
+class CallbackSender:
+    """Delivers callbacks off the worker threads (a slow receiver must not hold a GPU)."""
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="callback")
+
+    def job_finished(self, job: Job) -> None:
+        callback_url = job.submission.get("callback_url")
+        if callback_url and job.terminal:
+            self._pool.submit(deliver, callback_url, public_job(job))
+
+    def stop(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class EmbeddedDispatcher:
+    mode = "embedded"
+
+    def __init__(self, store: JobStore, events: JobEvents, metrics: ServiceMetrics, callbacks: CallbackSender,
+                 device: str, workers: int | None):
+        self.identities = plan_identities(device, workers)
+        self.events = events
+        self.metrics = metrics
+        self.callbacks = callbacks
+        self.pool = LocalWorkerPool(store, self.identities, self._finished)
+
+    def start(self) -> None:
+        self.pool.start()
+
+    def stop(self) -> None:
+        self.pool.stop()
+
+    def submitted(self, jobs: list[Job]) -> None:
+        self.pool.wake()
+
+    def workers_alive(self) -> int:
+        return self.pool.alive()
+
+    def _finished(self, job: Job) -> None:
+        self.metrics.observe_finished(job)
+        self.events.notify()
+        self.callbacks.job_finished(job)
+
+
+class CeleryDispatcher:
+    mode = "celery"
+
+    def __init__(self, broker_url: str):
+        from worker.distributed.celery_app import make_celery
+
+        self.celery = make_celery(broker_url)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def submitted(self, jobs: list[Job]) -> None:
+        from worker.distributed.celery_app import TASK_NAME
+
+        for job in jobs:
+            try:
+                self.celery.send_task(TASK_NAME, args=[job.id])
+            except Exception as exc:
+                log.exception("could not send job %s to the broker", job.id)
+                raise DispatchError(f"the job queue (broker) is unreachable: {type(exc).__name__}") from exc
+
+    def workers_alive(self) -> int:
+        try:
+            replies = self.celery.control.ping(timeout=1.0)
+        except Exception:
+            log.warning("celery ping failed", exc_info=True)
+            return 0
+        return len(replies or [])

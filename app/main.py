@@ -1,0 +1,102 @@
+"""FastAPI application factory: `create_app(settings)` wires store, workers, limits and routes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+
+from worker.store import JobStore
+
+from . import routes_evaluations, routes_reward, routes_system
+from .dispatch import CallbackSender, CeleryDispatcher, EmbeddedDispatcher
+from .limits import BodySizeLimit, RateLimiter
+from .metrics import RequestMetrics, ServiceMetrics
+from .service import Submitter
+from .settings import Settings
+from .waiting import JobEvents
+
+log = logging.getLogger(__name__)
+
+REAPER_INTERVAL_S = 30.0
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+    store = JobStore(settings.resolved_database_url())
+    metrics = ServiceMetrics()
+    events = JobEvents()
+    callbacks = CallbackSender()
+    if settings.broker_url:
+        dispatcher = CeleryDispatcher(settings.broker_url)
+    else:
+        dispatcher = EmbeddedDispatcher(store, events, metrics, callbacks, settings.device, settings.local_workers)
+    metrics.watch_store(store, dispatcher.workers_alive)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        events.bind(asyncio.get_running_loop())
+        await asyncio.to_thread(dispatcher.start)
+        reaper = asyncio.create_task(_reap_overdue(store, settings.job_time_limit_s, events))
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            await asyncio.to_thread(dispatcher.stop)
+            callbacks.stop()
+            store.close()
+
+    app = FastAPI(
+        title="kerneljudge",
+        version="0.1.0",
+        description="Sandboxed GPU-kernel evaluation with a reward API for RL trainers.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.store = store
+    app.state.metrics = metrics
+    app.state.events = events
+    app.state.dispatcher = dispatcher
+    app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_burst)
+    app.state.submitter = Submitter(store, settings, dispatcher, metrics, callbacks)
+
+    app.include_router(routes_evaluations.router)
+    app.include_router(routes_system.router)
+    app.include_router(routes_reward.router)
+    _install_error_handlers(app)
+    # Outermost first: the body limit runs before anything reads the body.
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Name the field and say what is wrong; do not echo (possibly huge) inputs back.
+        detail = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(OperationalError)
+    async def _store_down(_request: Request, exc: OperationalError) -> JSONResponse:
+        log.error("job store error: %s", exc)
+        return JSONResponse({"detail": "the job store is unavailable or busy; retry later"}, status_code=503,
+                            headers={"Retry-After": "5"})
+
+
+async def _reap_overdue(store: JobStore, limit_s: float, events: JobEvents) -> None:
+    """Fail jobs in flight for longer than any job may run: their worker is gone."""
+    margin = limit_s + 300.0
+    while True:
+        await asyncio.sleep(REAPER_INTERVAL_S)
+        try:
+            if await asyncio.to_thread(store.fail_overdue, margin):
+                events.notify()
+        except Exception:
+            log.exception("could not check for overdue jobs")

@@ -1,0 +1,90 @@
+"""Prometheus metrics. Job counts and queue depth are read from the store at scrape time, so they
+are right whatever process ran the jobs; stage latencies are observed by the embedded workers."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from worker.store import Job, JobStore
+
+log = logging.getLogger(__name__)
+
+STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+API_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60)
+
+
+class _StoreCollector:
+    def __init__(self, store: JobStore, workers_alive):
+        self.store = store
+        self.workers_alive = workers_alive
+
+    def collect(self):
+        jobs = GaugeMetricFamily("kerneljudge_jobs", "Jobs in the store by service status.", labels=["status"])
+        verdicts = GaugeMetricFamily("kerneljudge_job_outcomes", "Finished jobs by status and verdict.",
+                                     labels=["status", "verdict"])
+        depth = GaugeMetricFamily("kerneljudge_queue_depth", "Jobs waiting for a worker.")
+        workers = GaugeMetricFamily("kerneljudge_workers", "Workers (one per GPU) that answer.")
+        try:
+            counts = self.store.status_counts()
+            for status, count in sorted(counts.items()):
+                jobs.add_metric([status], count)
+            for (status, verdict), count in sorted(self.store.verdict_counts().items()):
+                verdicts.add_metric([status, verdict], count)
+            depth.add_metric([], counts.get("queued", 0))
+        except Exception:
+            log.exception("metrics: could not read the job store")
+        workers.add_metric([], self.workers_alive())
+        yield from (jobs, verdicts, depth, workers)
+
+
+class ServiceMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("kerneljudge_http_requests", "HTTP requests.", ["route", "method", "code"],
+                                registry=self.registry)
+        self.latency = Histogram("kerneljudge_http_request_seconds", "API latency (time to first byte).",
+                                 ["route"], buckets=API_BUCKETS, registry=self.registry)
+        self.stage_seconds = Histogram("kerneljudge_stage_seconds", "Engine stage durations.", ["stage"],
+                                       buckets=STAGE_BUCKETS, registry=self.registry)
+        self.job_seconds = Histogram("kerneljudge_job_seconds", "Queued-to-finished time of jobs.",
+                                     buckets=STAGE_BUCKETS, registry=self.registry)
+        self.submitted = Counter("kerneljudge_jobs_submitted", "Jobs accepted.", registry=self.registry)
+
+    def watch_store(self, store: JobStore, workers_alive) -> None:
+        self.registry.register(_StoreCollector(store, workers_alive))
+
+    def observe_finished(self, job: Job) -> None:
+        if job.finished_at is not None:
+            self.job_seconds.observe(max(0.0, job.finished_at - job.created_at))
+        for stage, seconds in ((job.result or {}).get("stages") or {}).items():
+            if isinstance(seconds, (int, float)):
+                self.stage_seconds.labels(stage).observe(seconds)
+
+
+class RequestMetrics:
+    """ASGI middleware recording count and latency per route template (not per raw path)."""
+
+    def __init__(self, app, metrics: ServiceMetrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def timed_send(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                route = scope.get("route")
+                name = getattr(route, "path", "unmatched")
+                self.metrics.latency.labels(name).observe(time.perf_counter() - start)
+                self.metrics.requests.labels(name, scope.get("method", ""), str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, timed_send)

@@ -1,0 +1,80 @@
+"""/v1/problems, /v1/health, /v1/ready and /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from worker.store import Problem
+from worker.store.records import iso_time
+
+from .auth import Principal, authenticate
+from .schemas import PROBLEM_ID_PATTERN, Health, ProblemCreate, ProblemView, Readiness
+from .views import not_found
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+
+def _problem_view(problem: Problem) -> ProblemView:
+    return ProblemView(id=problem.id, name=problem.name, created_at=iso_time(problem.created_at) or "",
+                       reference=problem.reference)
+
+
+@router.post("/v1/problems", response_model=ProblemView, status_code=201, tags=["problems"],
+             responses={200: {"model": ProblemView, "description": "Already registered"}})
+async def register_problem(body: ProblemCreate, request: Request, response: Response,
+                           principal: Principal = Depends(authenticate)) -> ProblemView:
+    """Register a reference once; its id is the sha256 of the source. Registering again is harmless."""
+    problem, created = await asyncio.to_thread(request.app.state.store.put_problem, body.reference, body.name)
+    response.status_code = 201 if created else 200
+    response.headers["Location"] = f"/v1/problems/{problem.id}"
+    return _problem_view(problem)
+
+
+@router.get("/v1/problems/{problem_id}", response_model=ProblemView, tags=["problems"],
+            responses={404: {"description": "Unknown id"}})
+async def read_problem(request: Request, problem_id: str = Path(pattern=PROBLEM_ID_PATTERN),
+                       principal: Principal = Depends(authenticate)) -> ProblemView:
+    problem = await asyncio.to_thread(request.app.state.store.get_problem, problem_id)
+    if problem is None:
+        raise not_found("problem", problem_id)
+    return _problem_view(problem)
+
+
+@router.get("/v1/health", response_model=Health, tags=["system"])
+async def health() -> Health:
+    """The process is alive (no dependency is checked)."""
+    return Health(status="ok")
+
+
+@router.get("/v1/ready", response_model=Readiness, tags=["system"],
+            responses={503: {"model": Readiness, "description": "Store or workers unavailable"}})
+async def ready(request: Request):
+    """Ready when the store answers and at least one worker is reachable."""
+    state = request.app.state
+    store_state = "ok"
+    try:
+        await asyncio.to_thread(state.store.ping)
+    except Exception as exc:
+        log.warning("readiness: store unreachable: %s", exc)
+        store_state = f"unreachable: {type(exc).__name__}"
+    workers = await asyncio.to_thread(state.dispatcher.workers_alive)
+    body = Readiness(ready=store_state == "ok" and workers > 0, store=store_state, workers=workers,
+                     mode=state.dispatcher.mode)
+    return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(request: Request) -> Response:
+    try:
+        payload = generate_latest(request.app.state.metrics.registry)
+    except Exception as exc:
+        log.exception("metrics collection failed")
+        raise HTTPException(503, f"metrics unavailable: {type(exc).__name__}") from None
+    return Response(payload, media_type=CONTENT_TYPE_LATEST)

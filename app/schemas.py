@@ -1,0 +1,191 @@
+"""Request and response bodies of the HTTP API (the engine's own models are reused as they are)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from worker.models import MAX_SOURCE_BYTES, EvalOptions, EvalResult
+from worker.store import JobStatus
+
+PROBLEM_ID_PATTERN = r"^[0-9a-f]{64}$"
+# A completion carries reasoning and prose around the code: allow more than one source's worth.
+MAX_COMPLETION_BYTES = 4 * MAX_SOURCE_BYTES
+
+
+def check_source(value: str | None, what: str, limit: int = MAX_SOURCE_BYTES) -> str | None:
+    if value is None:
+        return value
+    if len(value.encode("utf-8", "surrogatepass")) > limit:
+        raise ValueError(f"{what} is larger than {limit} bytes")
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character; send plain source text")
+    return value
+
+
+class EvaluationCreate(BaseModel):
+    """One evaluation: give `reference` or `problem_id`, and `candidate` or `completion`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str | None = Field(default=None, description="KernelBench reference source (Model, get_inputs, ...).")
+    problem_id: str | None = Field(default=None, validate_default=True, pattern=PROBLEM_ID_PATTERN,
+                                   description="Id of a reference registered with POST /v1/problems.")
+    candidate: str | None = Field(default=None, description="Candidate source defining ModelNew.")
+    completion: str | None = Field(default=None, validate_default=True,
+                                   description="Raw model output; the code block defining ModelNew is extracted.")
+    options: EvalOptions = Field(default_factory=EvalOptions)
+    priority: int = Field(default=0, ge=-100, le=100, description="Higher runs first (embedded workers).")
+    callback_url: AnyHttpUrl | None = Field(default=None, description="Receives the finished job by signed POST.")
+
+    @field_validator("reference")
+    @classmethod
+    def _reference_text(cls, value: str | None) -> str | None:
+        return check_source(value, "reference")
+
+    @field_validator("candidate")
+    @classmethod
+    def _candidate_text(cls, value: str | None) -> str | None:
+        return check_source(value, "candidate")
+
+    @field_validator("problem_id")
+    @classmethod
+    def _one_reference(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if "reference" not in info.data:
+            return value  # `reference` itself was invalid and is reported on its own
+        if (info.data["reference"] is None) == (value is None):
+            raise ValueError("give exactly one of `reference` or `problem_id`")
+        return value
+
+    @field_validator("completion")
+    @classmethod
+    def _one_candidate(cls, value: str | None, info: ValidationInfo) -> str | None:
+        check_source(value, "completion", MAX_COMPLETION_BYTES)
+        if "candidate" not in info.data:
+            return value
+        if (info.data["candidate"] is None) == (value is None):
+            raise ValueError("give exactly one of `candidate` or `completion`")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _known_reward_preset(cls, value: EvalOptions) -> EvalOptions:
+        from worker.reward import validate_preset
+
+        validate_preset(value.reward_preset, value.reward_weights)
+        return value
+
+    @field_validator("callback_url")
+    @classmethod
+    def _bounded_url(cls, value: AnyHttpUrl | None) -> AnyHttpUrl | None:
+        if value is not None and len(str(value)) > 2000:
+            raise ValueError("callback_url is longer than 2000 characters")
+        return value
+
+
+class JobView(BaseModel):
+    """A job: `status` is the service's state; `result.status` is the evaluation's verdict."""
+
+    id: str
+    status: JobStatus
+    created_at: str
+    building_at: str | None = None
+    running_at: str | None = None
+    finished_at: str | None = None
+    priority: int = 0
+    problem_id: str
+    worker: str | None = None
+    gpu: str | None = None
+    attempts: int = 0
+    error: str | None = Field(default=None, description="Why the job failed or was requeued/cancelled.")
+    idempotency_key: str | None = None
+    result: EvalResult | None = None
+
+
+class JobList(BaseModel):
+    items: list[JobView]
+    missing: list[str] = Field(default_factory=list, description="Requested ids that do not exist (or are not yours).")
+
+
+class BatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="Evaluation bodies as for POST /v1/evaluations; each is validated on its own.",
+    )
+
+
+class ItemError(BaseModel):
+    status: int = Field(description="The HTTP status this item alone would have got.")
+    detail: Any
+
+
+class BatchItem(BaseModel):
+    index: int
+    job: JobView | None = None
+    error: ItemError | None = None
+
+
+class BatchResponse(BaseModel):
+    accepted: int
+    rejected: int
+    items: list[BatchItem]
+
+
+class ProblemCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str
+    name: str | None = Field(default=None, max_length=200)
+
+    @field_validator("reference")
+    @classmethod
+    def _reference_text(cls, value: str) -> str:
+        return check_source(value, "reference")  # type: ignore[return-value]
+
+    @field_validator("name")
+    @classmethod
+    def _name_text(cls, value: str | None) -> str | None:
+        return check_source(value, "name", 800)
+
+
+class ProblemView(BaseModel):
+    id: str = Field(description="sha256 of the reference source.")
+    name: str | None = None
+    created_at: str
+    reference: str
+
+
+class RewardRequest(BaseModel):
+    """OpenRLHF remote reward body. `query` holds the completions (prompt + response or response)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[str] = Field(max_length=4096)
+    prompts: list[str] | None = Field(default=None, max_length=4096)
+    labels: list[str] | None = Field(
+        default=None, max_length=4096,
+        description="Per item: a problem_id (64 hex) or the reference source itself.")
+
+
+class RewardResponse(BaseModel):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]] = Field(
+        description="Per item, numeric only (trainers turn these into tensors): correct, compiled, speedup, "
+                    "format, fallback (1.0 when the fallback reward was used).")
+    reasons: list[str | None] = Field(description="Why an item got the fallback reward (None when it did not).")
+    job_ids: list[str | None]
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    store: str
+    workers: int
+    mode: str

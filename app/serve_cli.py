@@ -1,0 +1,66 @@
+"""`kerneljudge serve`: the HTTP API with embedded local workers (or Celery with --broker)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                        help="device of the embedded workers (default: env KERNELJUDGE_DEVICE or auto)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="embedded workers (default: one per visible GPU, else one CPU worker)")
+    parser.add_argument("--broker", default=None,
+                        help="redis://... : send jobs to `kerneljudge worker` processes instead of local threads")
+    parser.add_argument("--open", action="store_true",
+                        help="no API keys (only allowed with a loopback --host)")
+    parser.add_argument("--log-level", default="info")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    from .settings import Settings
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        settings = Settings.from_env()
+    except (OSError, ValueError) as exc:
+        print(f"kerneljudge serve: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    if args.device:
+        settings.device = args.device
+    if args.workers is not None:
+        settings.local_workers = args.workers
+    if args.broker:
+        settings.broker_url = args.broker
+    settings.open_mode = settings.open_mode or args.open
+    if settings.open_mode and not is_loopback(args.host):
+        print("kerneljudge serve: open mode (no API keys) is only allowed on a loopback address; "
+              "set KERNELJUDGE_API_KEYS or bind --host 127.0.0.1", file=sys.stderr)
+        return 2
+    if not settings.open_mode and not settings.api_keys:
+        print("kerneljudge serve: no API keys configured; set KERNELJUDGE_API_KEYS=key1,key2 "
+              "(or KERNELJUDGE_API_KEYS_FILE), or pass --open on a loopback address", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from .main import create_app
+
+    app = create_app(settings)
+    # One process: the embedded workers live in it (several uvicorn workers would multiply them).
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    return 0

@@ -1,0 +1,132 @@
+"""Submission logic shared by the single, batch and reward endpoints.
+
+Turns a validated EvaluationCreate into a stored job: registers the reference as a problem,
+extracts code from a completion (a completion without code is finished at once with
+format = 0, no worker needed), applies the queue quota and limits, and dispatches.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from worker.store import IdempotencyConflict, Job, JobStore, NewJob
+
+from .auth import Principal
+from .dispatch import DispatchError
+from .schemas import EvaluationCreate
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 5
+
+
+@dataclass
+class SubmissionError(Exception):
+    status: int
+    detail: Any
+    headers: dict[str, str] | None = None
+
+
+def field_error(loc: tuple, message: str) -> SubmissionError:
+    return SubmissionError(422, [{"type": "value_error", "loc": list(loc), "msg": message}])
+
+
+@dataclass
+class Capacity:
+    """Room left in the queue and in this key's quota, counted once per request."""
+
+    queue_room: int
+    key_room: int
+
+
+class Submitter:
+    def __init__(self, store: JobStore, settings: Settings, dispatcher, metrics, callbacks):
+        self.store = store
+        self.callbacks = callbacks
+        self.settings = settings
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+
+    def capacity(self, principal: Principal) -> Capacity:
+        queued, active = self.store.load(principal.key_id)
+        return Capacity(queue_room=self.settings.max_queue - queued,
+                        key_room=self.settings.max_active_per_key - active)
+
+    def submit(self, body: EvaluationCreate, principal: Principal, capacity: Capacity,
+               idempotency_key: str | None = None, loc_prefix: tuple = ("body",)) -> tuple[Job, bool]:
+        """Store (and dispatch) one evaluation. Returns (job, created)."""
+        new = self._new_job(body, principal, idempotency_key, loc_prefix)
+        needs_worker = new.result is None
+        replay = idempotency_key is not None and self.store.has_idempotency_key(principal.key_id, idempotency_key)
+        if needs_worker and not replay:
+            self._check_capacity(capacity)
+        try:
+            job, created = self.store.create_job(new)
+        except IdempotencyConflict as conflict:
+            raise SubmissionError(409, f"Idempotency-Key was already used for job {conflict.existing.id} "
+                                       "with a different body; use a new key for a new submission") from None
+        if created and needs_worker:
+            capacity.queue_room -= 1
+            capacity.key_room -= 1
+            try:
+                self.dispatcher.submitted([job])
+            except DispatchError as exc:
+                self.store.fail(job.id, str(exc))
+                raise SubmissionError(503, f"{exc}; retry later", {"Retry-After": str(RETRY_AFTER_S)}) from None
+        if created:
+            self.metrics.submitted.inc()
+            if job.terminal:  # finished at submission (no code in the completion)
+                self.callbacks.job_finished(job)
+        return job, created
+
+    def _check_capacity(self, capacity: Capacity) -> None:
+        if capacity.key_room <= 0:
+            raise SubmissionError(
+                429, f"this API key already has {self.settings.max_active_per_key} unfinished jobs (its quota); "
+                     "wait for some to finish", {"Retry-After": str(RETRY_AFTER_S)})
+        if capacity.queue_room <= 0:
+            raise SubmissionError(503, "the queue is full; retry later", {"Retry-After": str(RETRY_AFTER_S)})
+
+    def _new_job(self, body: EvaluationCreate, principal: Principal, idempotency_key: str | None,
+                 loc_prefix: tuple) -> NewJob:
+        if body.options.sandbox.value == "none" and not self.settings.allow_unsandboxed:
+            raise field_error((*loc_prefix, "options", "sandbox"),
+                              "sandbox 'none' is disabled on this server (KERNELJUDGE_ALLOW_UNSANDBOXED)")
+        if body.problem_id is not None:
+            problem = self.store.get_problem(body.problem_id)
+            if problem is None:
+                raise field_error((*loc_prefix, "problem_id"),
+                                  "unknown problem_id; register the reference first with POST /v1/problems")
+            problem_id = problem.id
+        else:
+            problem, _ = self.store.put_problem(body.reference)  # type: ignore[arg-type]
+            problem_id = problem.id
+        options = body.options.model_dump(mode="json", exclude_unset=False)
+        submission: dict[str, Any] = {"options": options}
+        if body.callback_url is not None:
+            submission["callback_url"] = str(body.callback_url)
+        result = verdict = None
+        if body.completion is not None:
+            submission["completion"] = body.completion
+            extraction = _extract(body.completion)
+            submission["extraction"] = extraction.message
+            if extraction.ok:
+                submission["candidate"] = extraction.code
+            else:
+                from worker.store.runner import extraction_failure_result
+
+                result = extraction_failure_result(options, extraction.message)
+                verdict = result["status"]
+        else:
+            submission["candidate"] = body.candidate
+        return NewJob(problem_id=problem_id, submission=submission, api_key_id=principal.key_id,
+                      priority=body.priority, idempotency_key=idempotency_key, result=result, verdict=verdict)
+
+
+def _extract(completion: str):
+    from worker.completions import extract_candidate
+
+    return extract_candidate(completion)

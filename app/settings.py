@@ -1,0 +1,115 @@
+"""Service configuration, read from the environment (`kerneljudge serve` flags override some).
+
+KERNELJUDGE_API_KEYS        comma-separated keys; a key ending in ":admin" may also export and
+                            read every client's jobs
+KERNELJUDGE_API_KEYS_FILE   file with one key per line (same syntax, # comments)
+KERNELJUDGE_OPEN            "1": no keys needed; only allowed when bound to a loopback address
+KERNELJUDGE_DATA_DIR        SQLite file location (default ./data)
+KERNELJUDGE_DATABASE_URL    SQLAlchemy URL instead of SQLite (postgresql://... uses psycopg3)
+KERNELJUDGE_BROKER_URL      redis://... : hand jobs to Celery workers instead of local threads
+KERNELJUDGE_LOCAL_WORKERS   number of embedded workers (default: one per visible GPU, else 1)
+KERNELJUDGE_DEVICE          auto | cpu | cuda  (device of the embedded workers)
+KERNELJUDGE_MAX_BODY_BYTES, KERNELJUDGE_MAX_BATCH, KERNELJUDGE_MAX_WAIT_S,
+KERNELJUDGE_REWARD_WAIT_S, KERNELJUDGE_RATE_LIMIT (requests/s per key), KERNELJUDGE_RATE_BURST,
+KERNELJUDGE_MAX_ACTIVE_PER_KEY, KERNELJUDGE_MAX_QUEUE, KERNELJUDGE_ALLOW_UNSANDBOXED,
+KERNELJUDGE_JOB_TIME_LIMIT_S (a job in flight longer than this is failed), KERNELJUDGE_CALLBACK_SECRET
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    key_id: str  # stored with jobs instead of the key itself
+    admin: bool
+
+
+def key_id_for(raw_key: str) -> str:
+    return "key_" + hashlib.sha256(raw_key.encode()).hexdigest()[:16]
+
+
+def parse_keys(text: str) -> dict[str, ApiKey]:
+    """Map sha256(key) -> ApiKey, from comma- or newline-separated entries `KEY` or `KEY:admin`."""
+    keys: dict[str, ApiKey] = {}
+    for entry in text.replace("\n", ",").split(","):
+        entry = entry.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        admin = entry.endswith(":admin")
+        raw = entry[: -len(":admin")] if admin else entry
+        keys[hashlib.sha256(raw.encode()).hexdigest()] = ApiKey(key_id_for(raw), admin)
+    return keys
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def _env_bool(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass
+class Settings:
+    api_keys: dict[str, ApiKey] = field(default_factory=dict)
+    open_mode: bool = False
+    data_dir: Path = Path("./data")
+    database_url: str | None = None
+    broker_url: str | None = None
+    local_workers: int | None = None  # None: one per visible GPU, one CPU worker without GPU
+    device: str = "auto"
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_batch_items: int = 512
+    max_ids_per_read: int = 1000
+    max_wait_s: float = 120.0
+    reward_wait_s: float = 1800.0
+    rate_limit_per_s: float = 200.0
+    rate_burst: int = 400
+    max_active_per_key: int = 5000
+    max_queue: int = 20000
+    allow_unsandboxed: bool = False
+    job_time_limit_s: float = 3600.0
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        keys_text = os.environ.get("KERNELJUDGE_API_KEYS", "")
+        keys_file = os.environ.get("KERNELJUDGE_API_KEYS_FILE")
+        if keys_file:
+            keys_text += "\n" + Path(keys_file).read_text()
+        workers = os.environ.get("KERNELJUDGE_LOCAL_WORKERS")
+        return cls(
+            api_keys=parse_keys(keys_text),
+            open_mode=_env_bool("KERNELJUDGE_OPEN"),
+            data_dir=Path(os.environ.get("KERNELJUDGE_DATA_DIR", "./data")).expanduser(),
+            database_url=os.environ.get("KERNELJUDGE_DATABASE_URL") or None,
+            broker_url=os.environ.get("KERNELJUDGE_BROKER_URL") or None,
+            local_workers=int(workers) if workers not in (None, "") else None,
+            device=os.environ.get("KERNELJUDGE_DEVICE", "auto"),
+            max_body_bytes=_env_int("KERNELJUDGE_MAX_BODY_BYTES", cls.max_body_bytes),
+            max_batch_items=_env_int("KERNELJUDGE_MAX_BATCH", cls.max_batch_items),
+            max_wait_s=_env_float("KERNELJUDGE_MAX_WAIT_S", cls.max_wait_s),
+            reward_wait_s=_env_float("KERNELJUDGE_REWARD_WAIT_S", cls.reward_wait_s),
+            rate_limit_per_s=_env_float("KERNELJUDGE_RATE_LIMIT", cls.rate_limit_per_s),
+            rate_burst=_env_int("KERNELJUDGE_RATE_BURST", cls.rate_burst),
+            max_active_per_key=_env_int("KERNELJUDGE_MAX_ACTIVE_PER_KEY", cls.max_active_per_key),
+            max_queue=_env_int("KERNELJUDGE_MAX_QUEUE", cls.max_queue),
+            allow_unsandboxed=_env_bool("KERNELJUDGE_ALLOW_UNSANDBOXED"),
+            job_time_limit_s=_env_float("KERNELJUDGE_JOB_TIME_LIMIT_S", cls.job_time_limit_s),
+        )
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(self.data_dir / 'kerneljudge.db').resolve()}"

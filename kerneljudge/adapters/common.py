@@ -1,0 +1,194 @@
+"""Shared pieces of the trainer adapters: labels, completion text, outcomes, batch scoring.
+
+Outcome of one sample (`Outcome`):
+  - the service produced a verdict (job `done`): reward = result.reward, components from the result;
+  - anything else (bad label, service unreachable, job failed or cancelled, deadline passed):
+    reward = the adapter's `fallback_reward` (default 0.0), `fallback` = 1 and `reason` says why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.models import EvalOptions, EvalResult
+
+from ..client import SUBMIT_WAIT_S, AsyncKernelJudgeClient, KernelJudgeClient
+from ..errors import KernelJudgeError
+from ..models import Job, JobStatus, SubmitItem
+
+log = logging.getLogger("kerneljudge.adapters")
+
+DEFAULT_FALLBACK_REWARD = 0.0
+# Components reported per sample (metrics/logs), in this order.
+LOGGED_COMPONENTS = ("format", "compiled", "correct", "speedup")
+
+
+@dataclass(frozen=True)
+class ReferenceSpec:
+    """What to compare against: a reference source, or the id of a problem registered on the server."""
+
+    reference: str | None = None
+    problem_id: str | None = None
+
+
+def parse_reference_label(label: Any) -> ReferenceSpec:
+    """Read a dataset label: {"reference": src} / {"problem_id": id}, its JSON string, a source, or an id.
+
+    A plain string with a newline (or a `class Model`) is a reference source; a single token is a problem id.
+    """
+    if isinstance(label, str):
+        stripped = label.strip()
+        if stripped.startswith("{"):
+            try:
+                label = json.loads(stripped)
+            except ValueError:
+                raise ValueError("label looks like JSON but does not parse; send {\"reference\": ...} or "
+                                 "{\"problem_id\": ...}") from None
+        elif "\n" in stripped or "class Model" in stripped:
+            return ReferenceSpec(reference=label)
+        elif stripped and len(stripped.split()) == 1:
+            return ReferenceSpec(problem_id=stripped)
+        else:
+            raise ValueError("label is empty or is neither a reference source nor a problem id")
+    if isinstance(label, Mapping):
+        reference, problem_id = label.get("reference"), label.get("problem_id")
+        if isinstance(reference, str) and reference.strip() and problem_id is None:
+            return ReferenceSpec(reference=reference)
+        if isinstance(problem_id, str) and problem_id.strip() and reference is None:
+            return ReferenceSpec(problem_id=problem_id.strip())
+        raise ValueError("label must give exactly one of `reference` (source) or `problem_id` (a string)")
+    raise ValueError(f"label of type {type(label).__name__} is not usable; give a reference source or problem id")
+
+
+def completion_text(completion: Any) -> str:
+    """Plain text of a completion: a string, or a chat message list (the assistant messages' content)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        completion = [completion]
+    if isinstance(completion, Sequence):
+        texts = []
+        for message in completion:
+            if isinstance(message, Mapping) and message.get("role", "assistant") == "assistant":
+                texts.append(_content_text(message.get("content")))
+        return "\n".join(texts)
+    raise ValueError(f"completion of type {type(completion).__name__} is neither text nor chat messages")
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):  # multi-part content: [{"type": "text", "text": ...}, ...]
+        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    return ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    reward: float
+    components: dict[str, float] = field(default_factory=dict)
+    status: str = "fallback"  # the verdict's status (ok, incorrect, ...) or "fallback"
+    reason: str | None = None  # why the fallback reward was given
+    job_id: str | None = None
+
+    @property
+    def fallback(self) -> bool:
+        return self.reason is not None
+
+    def metrics(self) -> dict[str, float]:
+        values = {name: float(self.components.get(name, 0.0)) for name in LOGGED_COMPONENTS}
+        values["fallback"] = 1.0 if self.fallback else 0.0
+        return values
+
+
+def outcome_from_result(result: EvalResult, job_id: str | None = None) -> Outcome:
+    return Outcome(result.reward, dict(result.reward_components), result.status.value, None, job_id)
+
+
+def outcome_from_failure(reason: str, fallback_reward: float, job_id: str | None = None) -> Outcome:
+    return Outcome(fallback_reward, {}, "fallback", reason, job_id)
+
+
+def outcome_from_job(job: Job, fallback_reward: float) -> Outcome:
+    if job.status is JobStatus.done and job.result is not None:
+        return outcome_from_result(job.result, job.id)
+    if not job.finished:
+        return outcome_from_failure(f"job {job.id} still {job.status.value} at the deadline", fallback_reward, job.id)
+    return outcome_from_failure(f"job {job.id} {job.status.value}: {job.error_message or 'no reason given'}",
+                                fallback_reward, job.id)
+
+
+def log_fallbacks(outcomes: Sequence[Outcome], adapter: str) -> None:
+    failed = [o for o in outcomes if o.fallback]
+    if failed:
+        log.warning("%s: %d of %d samples got the fallback reward; first reason: %s", adapter, len(failed),
+                    len(outcomes), failed[0].reason)
+
+
+async def score_batch(
+    client: AsyncKernelJudgeClient,
+    completions: Sequence[str],
+    references: Sequence[ReferenceSpec | None],
+    *,
+    options: EvalOptions | None,
+    timeout_s: float,
+    fallback_reward: float,
+    label_errors: Sequence[str | None] | None = None,
+) -> list[Outcome]:
+    """Submit every sample with a usable reference, wait until done or `timeout_s`; never raises."""
+    outcomes: list[Outcome | None] = [None] * len(completions)
+    to_submit: list[tuple[int, SubmitItem]] = []
+    for i, (text, ref) in enumerate(zip(completions, references, strict=True)):
+        problem = (label_errors[i] if label_errors else None) or (None if ref else "no reference for this sample")
+        if problem:
+            outcomes[i] = outcome_from_failure(problem, fallback_reward)
+            continue
+        to_submit.append((i, SubmitItem(reference=ref.reference, problem_id=ref.problem_id, completion=text,
+                                        options=options)))
+    if to_submit:
+        try:
+            await _submit_and_wait(client, to_submit, outcomes, timeout_s, fallback_reward)
+        except (KernelJudgeError, OSError) as exc:
+            log.exception("kerneljudge request failed")
+            for i, _ in to_submit:
+                if outcomes[i] is None:
+                    outcomes[i] = outcome_from_failure(f"service error: {exc}", fallback_reward)
+    return [o if o is not None else outcome_from_failure("no answer", fallback_reward) for o in outcomes]
+
+
+async def _submit_and_wait(client: AsyncKernelJudgeClient, to_submit: list[tuple[int, SubmitItem]],
+                           outcomes: list[Outcome | None], timeout_s: float, fallback_reward: float) -> None:
+    loop_clock = client.clock  # one deadline for both phases, on the client's clock
+    deadline = loop_clock() + timeout_s
+    entries = await client.submit_many([item for _, item in to_submit], timeout=timeout_s)
+    job_positions: dict[str, int] = {}
+    for entry in entries:
+        position = to_submit[entry.index][0]
+        if entry.job is None:
+            reason = f"rejected by the server: {entry.error.message if entry.error else 'no reason'}"
+            outcomes[position] = outcome_from_failure(reason, fallback_reward)
+        else:
+            job_positions[entry.job.id] = position
+    if job_positions:
+        remaining = max(0.001, deadline - loop_clock())
+        for job in await client.wait_many(list(job_positions), timeout=remaining):
+            outcomes[job_positions[job.id]] = outcome_from_job(job, fallback_reward)
+
+
+def score_one(client: KernelJudgeClient, completion: str, reference: ReferenceSpec, *,
+              options: EvalOptions | None, timeout_s: float, fallback_reward: float) -> Outcome:
+    """Blocking single-sample scoring (for per-sample trainer hooks); never raises."""
+    deadline = client.clock() + timeout_s
+    try:
+        job = client.submit(reference.reference, problem_id=reference.problem_id, completion=completion,
+                            options=options, wait_s=min(SUBMIT_WAIT_S, timeout_s), timeout=timeout_s)
+        if not job.finished:
+            job = client.wait(job.id, timeout=max(0.001, deadline - client.clock()))
+        return outcome_from_job(job, fallback_reward)
+    except (KernelJudgeError, OSError) as exc:
+        log.warning("kerneljudge request failed: %s", exc)
+        return outcome_from_failure(f"service error: {exc}", fallback_reward)

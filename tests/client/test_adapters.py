@@ -1,0 +1,165 @@
+"""Trainer adapters against their documented contracts, with the fake API behind the client.
+
+trl, verl, openrlhf and verifiers are not installed here (each pulls torch/transformers or ray):
+the adapters are checked against the call signatures those libraries document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+
+import httpx
+import pytest
+
+from kerneljudge.adapters import openrlhf, trl, verifiers, verl
+from kerneljudge.adapters.common import parse_reference_label
+from kerneljudge.client import KernelJudgeClient
+from worker.models import EvalResult, EvalStatus
+
+from .conftest import GOOD, REFERENCE, WRONG
+
+
+def answer(code: str) -> str:
+    return f"Here is the kernel.\n```python\n{code}```\n"
+
+
+# --- labels ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "label, reference, problem_id",
+    [
+        (REFERENCE, REFERENCE, None),
+        ("p_abc123", None, "p_abc123"),
+        ({"problem_id": "p_1"}, None, "p_1"),
+        (json.dumps({"reference": REFERENCE}), REFERENCE, None),
+    ],
+)
+def test_reference_labels(label, reference, problem_id):
+    spec = parse_reference_label(label)
+    assert (spec.reference, spec.problem_id) == (reference, problem_id)
+
+
+@pytest.mark.parametrize("label", [None, "", "two words", {"reference": "x", "problem_id": "y"}, "{not json"])
+def test_bad_labels_raise_value_error(label):
+    with pytest.raises(ValueError):
+        parse_reference_label(label)
+
+
+# --- TRL ------------------------------------------------------------------------------------
+def test_trl_reward_scores_strings_and_chat_messages(make_async_client, api):
+    metrics = []
+    reward = trl.kerneljudge_reward(make_async_client(), metrics_hook=metrics.append,
+                                    options={"reward_preset": "binary_fast"})
+    assert inspect.iscoroutinefunction(reward)
+    completions = [answer(GOOD), [{"role": "assistant", "content": answer(WRONG)}], "no code here"]
+    logged = {}
+    rewards = asyncio.run(reward(["p"] * 3, completions, reference=[REFERENCE] * 3,
+                                 log_metric=lambda k, v: logged.__setitem__(k, v)))
+    assert rewards == [1.0, 0.0, 0.0]
+    assert metrics[0]["kerneljudge/correct"] == pytest.approx(1 / 3)
+    assert metrics[0]["kerneljudge/format"] == pytest.approx(2 / 3)
+    assert logged == metrics[0]
+
+
+def test_trl_problem_id_column_and_missing_reference(make_async_client, api, caplog):
+    with KernelJudgeClient("http://judge.test", "secret", transport=api.transport()) as sync:
+        problem_id = sync.register_problem(REFERENCE).id
+    reward = trl.kerneljudge_reward(make_async_client(), fallback_reward=-0.5)
+    assert asyncio.run(reward(["p"], [answer(GOOD)], problem_id=[problem_id])) == [pytest.approx(1.0 * 0 + 0.3 + 0.7 * (2 / 3))]
+    with caplog.at_level(logging.WARNING, "kerneljudge.adapters"):
+        assert asyncio.run(reward(["p"], [answer(GOOD)])) == [-0.5]
+    assert "no `reference` or `problem_id` column" in caplog.text
+
+
+def test_trl_service_down_gives_fallback_never_raises(make_async_client, api, caplog):
+    api.script = [httpx.ConnectError("refused")] * 100
+    reward = trl.kerneljudge_reward(make_async_client(timeout=5), fallback_reward=0.0, timeout_s=5)
+    with caplog.at_level(logging.WARNING, "kerneljudge.adapters"):
+        assert asyncio.run(reward(["p", "p"], [answer(GOOD)] * 2, reference=[REFERENCE] * 2)) == [0.0, 0.0]
+    assert "service error" in caplog.text
+
+
+def test_trl_deadline_gives_fallback_for_unfinished_jobs(make_async_client, api):
+    api.reads_to_finish = 10**6
+    reward = trl.kerneljudge_reward(make_async_client(), timeout_s=10, fallback_reward=0.1)
+    assert asyncio.run(reward(["p"], [answer(GOOD)], reference=[REFERENCE])) == [0.1]
+
+
+# --- veRL -----------------------------------------------------------------------------------
+def test_verl_compute_score_contract(api, clock):
+    params = list(inspect.signature(verl.compute_score).parameters)
+    assert params[:4] == ["data_source", "solution_str", "ground_truth", "extra_info"]
+    with KernelJudgeClient("http://judge.test", "secret", transport=api.transport(), clock=clock,
+                           sleep=clock.sleep) as client:
+        out = verl.compute_score("kernelbench", answer(GOOD), REFERENCE,
+                                 {"kerneljudge_options": {"reward_preset": "kevin"}}, client=client)
+        assert out["score"] == pytest.approx(4.3)
+        assert out["correct"] == 1.0 and out["speedup"] == 4.0 and out["fallback"] == 0.0
+        assert all(isinstance(v, float) for v in out.values())
+        bad = verl.compute_score("kernelbench", answer(GOOD), "", None, client=client)
+        assert bad["score"] == 0.0 and bad["fallback"] == 1.0
+        api.fail_jobs = True
+        failed = verl.compute_score("kernelbench", answer(GOOD), REFERENCE, client=client)
+        assert failed["fallback"] == 1.0
+
+
+def test_verl_fallback_from_environment(api, clock, monkeypatch):
+    monkeypatch.setenv("KERNELJUDGE_FALLBACK_REWARD", "-1")
+    api.script = [httpx.Response(500, json={"detail": "boom"})]
+    with KernelJudgeClient("http://judge.test", "secret", transport=api.transport()) as client:
+        assert verl.compute_score("k", answer(GOOD), REFERENCE, client=client)["score"] == -1.0
+
+
+# --- OpenRLHF -------------------------------------------------------------------------------
+def test_openrlhf_parse_strips_prompt_and_reads_labels():
+    prompt = "Reference:\n```python\n" + REFERENCE + "```\nExample:\n```python\n" + GOOD + "```\n"
+    body = {"query": [prompt + answer(WRONG), prompt + "nothing"], "prompts": [prompt, prompt],
+            "labels": [REFERENCE, 42]}
+    items = openrlhf.parse_get_reward_request(body)
+    assert items[0].completion == answer(WRONG)
+    assert items[0].reference.reference == REFERENCE and items[0].label_error is None
+    assert items[1].reference is None and "labels[1]" in items[1].label_error
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ([], "JSON object"),
+        ({"query": "x", "labels": []}, "`query` must be a list of strings"),
+        ({"query": ["a"]}, "`labels` is missing"),
+        ({"query": ["a"], "labels": ["x", "y"]}, "`labels` has 2 items but `query` has 1"),
+        ({"query": ["a"], "prompts": [1], "labels": ["x"]}, "`prompts` must be a list of strings"),
+    ],
+)
+def test_openrlhf_malformed_bodies_name_the_field(body, message):
+    with pytest.raises(openrlhf.GetRewardRequestError, match=message):
+        openrlhf.parse_get_reward_request(body)
+
+
+def test_openrlhf_response_shape():
+    items = openrlhf.parse_get_reward_request({"query": ["a", "b", "c"], "labels": ["p_1", "p_2", None]})
+    ok = EvalResult(status=EvalStatus.ok, compiled=True, correct=True, speedup=2.0, reward=0.77,
+                    reward_components={"format": 1.0, "compiled": 1.0, "correct": 1.0, "speedup": 2.0})
+    response = openrlhf.build_get_reward_response(items, [ok, "worker lost", None], fallback_reward=-0.25)
+    assert response["rewards"] == [0.77, -0.25, -0.25]
+    assert response["scores"] == [1.0, 0.0, 0.0]
+    assert response["extra_logs"]["kerneljudge/speedup"] == [2.0, 0.0, 0.0]
+    assert response["extra_logs"]["kerneljudge/fallback"] == [0.0, 1.0, 1.0]
+    json.dumps(response)
+    with pytest.raises(ValueError):
+        openrlhf.build_get_reward_response(items, [ok])
+
+
+# --- verifiers ------------------------------------------------------------------------------
+def test_verifiers_reward_function(make_async_client, api):
+    reward = verifiers.kerneljudge_reward(make_async_client())
+    params = inspect.signature(reward).parameters
+    assert {"completion", "answer", "state"} <= set(params) and inspect.iscoroutinefunction(reward)
+    state: dict = {}
+    value = asyncio.run(reward([{"role": "assistant", "content": answer(GOOD)}], REFERENCE, state=state))
+    assert value == pytest.approx(0.3 + 0.7 * (2 / 3))
+    assert state["kerneljudge"]["status"] == "ok" and state["kerneljudge"]["speedup"] == 4.0
+    assert asyncio.run(reward(answer(GOOD), None, state=state)) == 0.0
+    assert state["kerneljudge"]["reason"]

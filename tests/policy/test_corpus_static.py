@@ -1,0 +1,49 @@
+"""Every red-team and honest case runs through the static policy, CPU-only, in CI."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.redteam.corpus import load_corpus
+from benchmarks.redteam.runner import CAUGHT, FALSE_POSITIVE, PENDING, run_static
+from worker.policy import RULES_BY_ID
+
+CASES = load_corpus()
+
+
+def test_corpus_covers_every_threat_class_both_layers_and_honest_kernels():
+    classes = {c.threat_class for c in CASES}
+    assert classes == {1, 2, 3, 4, None}
+    for threat_class in (1, 2, 3, 4):
+        layers = {c.layer for c in CASES if c.threat_class == threat_class}
+        assert layers == {"static", "runtime"}, threat_class
+    honest = [c for c in CASES if c.honest]
+    assert any("triton" in c.id for c in honest) and any("cuda" in c.id for c in honest)
+    assert any("multistream" in c.id for c in honest)
+
+
+def test_expected_rules_exist():
+    numbers = {rule_id.split("-", 1)[0] for rule_id in RULES_BY_ID}
+    for case in CASES:
+        if case.expected_rule:
+            assert case.expected_rule in numbers, case.id
+        for disabled in case.disabled_rules:
+            assert disabled.split("-", 1)[0] in numbers, case.id
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.layer == "static"], ids=lambda c: c.id)
+def test_static_case_meets_its_expectation(case):
+    outcome = run_static(case, [])
+    assert outcome.as_expected, f"{case.id}: expected {case.expected}, got {outcome.got} ({outcome.rules})"
+    if case.honest:
+        assert outcome.outcome != FALSE_POSITIVE
+    else:
+        assert outcome.outcome == CAUGHT
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.layer == "runtime"], ids=lambda c: c.id)
+def test_runtime_case_is_left_to_the_runtime_layer(case):
+    """Tagged `runtime`: the static policy (minus the case's disabled rules) must not catch it."""
+    outcome = run_static(case, [])
+    assert outcome.got == "accepted", f"{case.id} is caught statically: {outcome.rules}"
+    assert outcome.outcome in (PENDING, "passed")

@@ -1,0 +1,163 @@
+"""What honest kernels need must never be rejected (and mostly not even flagged)."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.models import Backend
+from worker.policy import detect_backend, verdict
+
+from .policy_helpers import check, cuda_candidate, fired, triton_candidate
+
+HONEST_FORWARD_SNIPPETS = {
+    "views-and-reshapes": "x = a.view(-1).contiguous()\ny = x.reshape(4, -1).permute(1, 0).transpose(0, 1)\n"
+                          "z = y.flatten().unsqueeze(0).expand(2, -1).squeeze(0)\nw = a.T\nv = a[: n // 2]",
+    "dtype-and-device-moves": "a = a.to(torch.float16).float().half().to(a.device)\nb = b.cuda().cpu().contiguous()",
+    "shape-arithmetic": "rows = a.size(0) * a.stride(0) + a.dim()\nhalf = a.shape[0] // 2\nrest = a.numel() % 1024\n"
+                        "block = min(triton.next_power_of_2(n), 1024)\nsteps = math.ceil(n / block)\nB, = a.shape",
+    "alignment-check": "aligned = a.data_ptr() % 16 == 0 and a.is_contiguous()",
+    "metadata-checks": "assert a.shape == b.shape\nif a.dtype != torch.float32:\n    raise TypeError('float32 only')\n"
+                       "dev = a.device\nok = a.is_cuda or not a.is_cuda",
+    "allocation": "w = torch.zeros(n, device=a.device)\nfull = torch.full((4,), 1.0)\nones = torch.ones_like(a)\n"
+                  "out.zero_()\nws = a.new_empty((n,))",
+    "grid-lambda": "grid = lambda meta: (triton.cdiv(n, meta['BLOCK']),)",
+    "no-grad-context": "with torch.no_grad():\n    pass",
+    "plain-logging": "print('launching add kernel with', n, 'elements')",
+    "build-env-var": "os.environ['TORCH_CUDA_ARCH_LIST'] = '9.0'",
+    "chunks-are-views": "left, right = a.chunk(2)\ntop = a.narrow(0, 0, 2)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HONEST_FORWARD_SNIPPETS))
+def test_honest_forward_code_fires_nothing(name):
+    source = triton_candidate(HONEST_FORWARD_SNIPPETS[name], imports="import math\nimport os")
+    assert check(source) == []
+
+
+def test_reading_parameters_and_passing_them_to_a_kernel_is_fine():
+    source = triton_candidate(
+        "w = self.weight\nscale = self.weight.shape[0] * 2\nadd_kernel[(1,)](a, self.weight, out, scale, BLOCK=16)",
+        init="self.weight = nn.Parameter(torch.randn(16))\nself.eps = 1e-5",
+    )
+    assert check(source) == []
+
+
+def test_honest_cuda_kernel_with_python_reshapes_is_clean():
+    source = cuda_candidate().replace(
+        "return ext.add(a.contiguous(), b.contiguous())",
+        "shape = a.shape\nreturn ext.add(a.reshape(-1).contiguous(), b.reshape(-1).contiguous()).view(shape)".replace(
+            "\n", "\n        "
+        ),
+    )
+    assert check(source) == []
+
+
+def test_extension_functions_named_like_torch_ops_are_kernel_launches():
+    source = cuda_candidate().replace('functions=["add"]', 'functions=["add", "matmul"]').replace(
+        "return ext.add(a.contiguous(), b.contiguous())", "return ext.matmul(a, b)"
+    )
+    assert check(source) == []
+
+
+def test_custom_op_registered_by_the_extension_counts_as_a_launch():
+    source = cuda_candidate().replace(
+        "return ext.add(a.contiguous(), b.contiguous())", "return torch.ops.kjlib.add(a, b)"
+    )
+    assert "KJ105" not in fired(source) and "KJ101" not in fired(source)
+
+
+def test_custom_autograd_function_is_followed_into_its_forward():
+    source = triton_candidate(
+        "return AddFn.apply(a, b)",
+        module='''class AddFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        out = torch.empty_like(a)
+        add_kernel[(1,)](a, b, out, a.numel(), BLOCK=1024)
+        return out
+''',
+    )
+    assert check(source) == []
+    assert "KJ101" in fired(source.replace("out = torch.empty_like(a)\n", "out = a * 2\n", 1))
+
+
+def test_triton_heuristics_and_device_functions_count_as_launched():
+    source = triton_candidate(
+        "scale_kernel[(1,)](out, n)",
+        module='''@triton.jit
+def _double(x):
+    return x * 2
+
+
+@triton.heuristics({"BLOCK": lambda args: 128})
+@triton.jit
+def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, _double(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+''',
+    )
+    assert check(source) == []
+
+
+def test_correct_multistream_triton_kernel_is_flagged_never_rejected():
+    source = triton_candidate(
+        "side = torch.cuda.Stream()\nside.wait_stream(torch.cuda.current_stream())\n"
+        "with torch.cuda.stream(side):\n    add_kernel[(1,)](a, b, out, n, BLOCK=1024)\n"
+        "torch.cuda.current_stream().wait_stream(side)"
+    )
+    hits = check(source)
+    assert verdict(hits) == "flagged"
+    assert {h.rule for h in hits} == {"KJ301-side-stream"}
+
+
+def test_correct_multistream_cuda_kernel_is_flagged_never_rejected():
+    source = cuda_candidate(
+        "auto side = at::cuda::getStreamFromPool();\ncudaEvent_t done;\n"
+        "cudaEventCreateWithFlags(&done, cudaEventDisableTiming);\ncudaEventRecord(done, side.stream());\n"
+        "cudaStreamWaitEvent(at::cuda::getCurrentCUDAStream(), done, 0);"
+    )
+    hits = check(source)
+    assert verdict(hits) == "flagged"
+    assert all(h.severity == "flag" for h in hits)
+
+
+def test_comments_and_strings_in_cuda_sources_are_not_code():
+    source = cuda_candidate(
+        '// never call system("rm") or fopen here\n/* cudaStreamCreate(&s); exit(1); */\n'
+        'const char* note = "dlopen( and socket( are only words here";'
+    )
+    assert check(source) == []
+
+
+def test_std_algorithms_and_device_math_are_not_libc_calls():
+    source = cuda_candidate("float m = std::max(1.0f, fmaxf(2.0f, 3.0f));\nint k = std::min<int>(n, 4);")
+    assert check(source) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "backend"),
+    [
+        (triton_candidate(), Backend.triton),
+        (cuda_candidate(), Backend.cuda),
+        ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n", Backend.pytorch),
+        ("def broken(:\n", Backend.pytorch),
+    ],
+)
+def test_detect_backend(source, backend):
+    assert detect_backend(source) == backend
+
+
+def test_cuda_wins_when_both_backends_appear():
+    both = cuda_candidate().replace("import torch\n", "import torch\nimport triton\n\n\n@triton.jit\ndef k(x):\n    pass\n", 1)
+    assert detect_backend(both) == Backend.cuda
+
+
+def test_explicit_pytorch_backend_switches_the_custom_kernel_rules_off():
+    source = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
+    assert {"KJ101", "KJ107"} <= fired(source)
+    assert fired(source, backend=Backend.pytorch) == set()
+
+
+def test_rules_can_be_disabled_by_full_id():
+    source = triton_candidate("s = torch.cuda.Stream()")
+    assert fired(source, disabled=["KJ301-side-stream"]) == set()

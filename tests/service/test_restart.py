@@ -1,0 +1,75 @@
+"""Jobs survive a restart of the API; jobs left in flight by a dead process are requeued once."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from app.executors import embedded_prefix
+from worker.store import JobStore
+
+from .helpers import USER_KEY, make_settings, start_server
+from .sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE
+
+BODY = {"reference": REFERENCE, "candidate": TRITON_CANDIDATE, "options": FAST_OPTIONS}
+POSTGRES_URL = os.environ.get("KERNELJUDGE_TEST_POSTGRES_URL")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    if not POSTGRES_URL:
+        pytest.skip("KERNELJUDGE_TEST_POSTGRES_URL is not set (e.g. postgresql://kj@127.0.0.1:5439/kjtest)")
+    return POSTGRES_URL
+
+
+def test_jobs_survive_api_restart(tmp_path, database_url):
+    settings = make_settings(tmp_path, database_url=database_url, local_workers=0)
+    key = f"restart-{uuid.uuid4().hex}"  # unique: the PostgreSQL database outlives test runs
+    first = start_server(settings)
+    with first.client() as client:
+        job = client.post("/v1/evaluations", json=BODY, headers={"Idempotency-Key": key}).json()
+    first.stop()
+
+    second = start_server(settings)
+    try:
+        with second.client() as client:
+            read = client.get(f"/v1/evaluations/{job['id']}")
+            assert read.status_code == 200 and read.json()["status"] == "queued"
+            replay = client.post("/v1/evaluations", json=BODY, headers={"Idempotency-Key": key})
+            assert replay.json()["id"] == job["id"]
+    finally:
+        second.stop()
+
+
+def test_in_flight_jobs_of_a_dead_server_are_requeued_then_failed(tmp_path, database_url):
+    settings = make_settings(tmp_path, database_url=database_url, local_workers=0)
+    live = start_server(settings)
+    with live.client() as client:
+        job_id = client.post("/v1/evaluations", json=BODY).json()["id"]
+    live.stop()
+
+    # Simulate a server that died mid-job: the job is `building` under this node's embedded worker.
+    store = JobStore(database_url)
+    claimed = store.claim(job_id, embedded_prefix() + "cpu0", None)[0]
+    assert claimed.status == "building" and claimed.attempts == 1
+
+    live = start_server(settings)
+    with live.client(USER_KEY) as client:
+        requeued = client.get(f"/v1/evaluations/{job_id}").json()
+        assert requeued["status"] == "queued" and "requeued" in requeued["error"]
+    live.stop()
+
+    # It dies again on its retry: the next start fails it with the reason instead of looping.
+    store.claim(job_id, embedded_prefix() + "cpu0", None)
+    live = start_server(settings)
+    try:
+        with live.client(USER_KEY) as client:
+            failed = client.get(f"/v1/evaluations/{job_id}").json()
+            assert failed["status"] == "failed" and "retried once" in failed["error"]
+    finally:
+        live.stop()
+        store.close()

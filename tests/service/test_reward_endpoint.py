@@ -1,0 +1,48 @@
+"""OpenRLHF's remote reward contract (POST /get_reward), without running evaluations."""
+
+from __future__ import annotations
+
+import httpx
+
+from .helpers import USER_KEY
+from .sources import NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
+
+
+def test_shape_fallback_and_timeout(queued_server):
+    prompt = "Write a Triton kernel for this model:\n```python\nclass ModelNew: pass\n```\n"
+    body = {
+        "query": [prompt + NO_CODE_COMPLETION, prompt + "```python\n" + TRITON_CANDIDATE + "```"],
+        "prompts": [prompt, prompt],
+        "labels": [REFERENCE, REFERENCE],
+    }
+    # OpenRLHF sends no headers of its own: the key travels in the URL.
+    response = httpx.post(f"{queued_server.base_url}/get_reward", params={"key": USER_KEY, "timeout": 0.5},
+                          json=body, timeout=30)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["rewards"] == answer["scores"] == [0.0, 0.0]
+    # Item 0: an evaluation (no code block, format 0), not a fallback: the prompt's example
+    # block was stripped with the prompt, so it was not mistaken for the answer.
+    assert answer["extra_logs"]["fallback"] == [0.0, 1.0]
+    assert answer["extra_logs"]["format"] == [0.0, 0.0]
+    assert answer["reasons"][0] is None
+    # Item 1: nobody runs it in time; it gets the fallback and is withdrawn from the queue.
+    assert answer["reasons"][1].startswith("timeout") and "withdrawn" in answer["reasons"][1]
+    with queued_server.client() as client:
+        assert client.get(f"/v1/evaluations/{answer['job_ids'][1]}").json()["status"] == "cancelled"
+
+
+def test_problem_id_labels_and_bad_bodies(queued_server):
+    with queued_server.client() as client:
+        problem_id = client.post("/v1/problems", json={"reference": REFERENCE}).json()["id"]
+        ok = client.post("/get_reward", json={"query": [NO_CODE_COMPLETION], "labels": [problem_id]})
+        assert ok.status_code == 200 and ok.json()["reasons"] == [None]
+        unknown = client.post("/get_reward", json={"query": [NO_CODE_COMPLETION], "labels": ["f" * 64]})
+        assert unknown.json()["extra_logs"]["fallback"] == [1.0] and "problem_id" in unknown.json()["reasons"][0]
+        mismatch = client.post("/get_reward", json={"query": ["a", "b"], "labels": [REFERENCE]})
+        assert mismatch.status_code == 422 and mismatch.json()["detail"][0]["loc"] == ["body", "labels"]
+        preset = client.post("/get_reward", params={"reward_preset": "nope"},
+                             json={"query": ["a"], "labels": [REFERENCE]})
+        assert preset.status_code == 422
+    with queued_server.client(key=None) as anonymous:
+        assert anonymous.post("/get_reward", json={"query": [], "labels": []}).status_code == 401
