@@ -41,11 +41,14 @@ class DeviceStage:
             with self.builder.stage("reference"):
                 reference.process.start()
                 candidate.process.start()
-            return self._with_reference(reference, candidate)
+            result = self._with_reference(reference, candidate)
         finally:
             reference.process.close(grace_s=2.0)
             candidate.process.close(grace_s=2.0)
             self.builder.set_candidate_log(candidate.logs())
+        # The candidate's output is complete only once its process is gone.
+        result.candidate_log = self.builder.candidate_log
+        return result
 
     def _with_reference(self, reference: RunnerSession, candidate: RunnerSession) -> EvalResult:
         opts = self.options

@@ -14,7 +14,8 @@ from .sandbox.bwrap import gpu_device_nodes
 from .settings import EngineSettings
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "sandbox_runtime"
-BOOT = ("import sys; sys.path.insert(0, '/kj/rt'); "
+# KJ_RUNTIME is the runtime package's directory (mapped to the host path without a sandbox).
+BOOT = ("import os, sys; sys.path.insert(0, os.path.dirname(os.environ['KJ_RUNTIME'])); "
         "from sandbox_runtime.runner import main; raise SystemExit(main())")
 
 
@@ -63,6 +64,7 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         "PATH": f"{bin_dir}:{cuda_home}/bin:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "LANG": "C.UTF-8",
+        "KJ_RUNTIME": "/kj/rt/sandbox_runtime",
         "KJ_ROLE": config.role,
         "KJ_MODE": config.mode,
         "KJ_DEVICE": config.device,

@@ -73,7 +73,10 @@ class ResultBuilder:
         return any(hit.severity == "flag" for hit in self.rules)
 
     def set_candidate_log(self, text: str) -> None:
-        self.candidate_log = text[-MAX_CANDIDATE_LOG:] if text else None
+        if len(text) > MAX_CANDIDATE_LOG:
+            half = MAX_CANDIDATE_LOG // 2 - 40
+            text = f"{text[:half]}\n[... {len(text) - 2 * half} characters dropped ...]\n{text[-half:]}"
+        self.candidate_log = text or None
 
     # -- failures ---------------------------------------------------------------------
     def fail(self, status: EvalStatus, kind: str, message: str, *, line: int | None = None,
