@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from . import correctness, engine, timing_stats
-from .correctness import Outputs, OutputFileError
+from .correctness import OutputFileError, Outputs
 from .launch import RunnerSession, UserFailure
 from .models import CorrectnessReport, Device, EnvironmentInfo, EvalResult, EvalStatus, TimingReport
 from .settings import EngineSettings
