@@ -93,6 +93,16 @@ class DeviceStage:
                 return self.builder.fail(EvalStatus.incorrect, "invalid_output",
                                          f"the candidate's outputs could not be read: {exc}")
             report = self._correctness(ref_trials, cand_trials)
+        aten_ops = None
+        if report.passed:
+            try:
+                census = candidate.request("census", deadline)
+            except UserFailure as failure:
+                return self.builder.candidate_failure(failure, during="operator census")
+            aten_ops = {str(k): int(v) for k, v in (census.get("ops") or {}).items()}
+            self.builder.extra["aten_ops"] = aten_ops
+            tampered += list(census.get("tampered") or [])
+        self._aten_ops = aten_ops
         if tampered or not report.passed or not opts.timing:
             self.builder.add_rules(runtime_rules(self._observations(tampered=tampered), opts.policy))
             engine._notify(self.on_stage, "reward")
@@ -134,6 +144,7 @@ class DeviceStage:
             tampered=fields.pop("tampered", []), timed_outputs_ok=fields.pop("timed_outputs_ok", True),
             timed_outputs_message=fields.pop("timed_outputs_message", None),
             degenerate_reference=getattr(self, "_degenerate", False), device=self.options.device.value,
+            aten_ops=getattr(self, "_aten_ops", None),
             peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
         )
 

@@ -99,7 +99,9 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
 
         backend = options.backend or detect_backend(request.candidate)
         builder.backend = backend
-        static_rules = check_candidate(request.candidate, backend, options.policy)
+        # The policy gets only an explicit override: handing it the detected backend would tell it
+        # a PyTorch-only candidate is meant to be one, and switch the custom-kernel rules off.
+        static_rules = check_candidate(request.candidate, options.backend, options.policy)
     builder.add_rules(static_rules)
     if builder.rejected:
         return builder.finish()

@@ -16,6 +16,20 @@ EXTERNAL_CLOCK_RATIO = 0.5
 EXTERNAL_CLOCK_MIN_GAP_MS = 0.05
 
 
+# ATen operators an honest candidate may dispatch: allocation, views, shape changes and copies
+# (including what Triton's interpreter does around a launch on CPU). Anything else is PyTorch
+# computing part of the answer.
+ALLOWED_ATEN_OPS = frozenset(f"aten.{name}" for name in (
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill_", "zero_",
+    "arange", "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "t", "transpose",
+    "permute", "expand", "unsqueeze", "squeeze", "select", "slice", "narrow", "split", "split_with_sizes",
+    "chunk", "unbind", "alias", "detach", "clone", "copy_", "_to_copy", "contiguous", "lift_fresh",
+    "view_as", "flatten", "unflatten", "movedim", "resize_", "set_", "cat", "stack", "_local_scalar_dense",
+    "is_contiguous", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "record_stream",
+))
+
+
 @dataclass
 class Observations:
     tampered: list[str]
@@ -29,6 +43,8 @@ class Observations:
     reference_device_median_ms: float | None = None
     speedup: float | None = None
     degenerate_reference: bool = False
+    # ATen operators dispatched by one forward call of the candidate (None: not measured).
+    aten_ops: dict[str, int] | None = None
     min_bytes: int | None = None
     peak_bandwidth_gbps: float = 0.0
     device: str = "cpu"
@@ -59,7 +75,8 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
                 evidence=f"event median {dev:.4f} ms, synchronised host median {host:.4f} ms",
             ))
     ext_c, ext_r, ref_dev = obs.candidate_external_ms, obs.reference_external_ms, obs.reference_device_median_ms
-    if dev is not None and ext_c is not None and ext_r is not None and ref_dev is not None:
+    # On CPU the host clock is the measurement itself (and Triton's interpreter dominates it).
+    if obs.device == "cuda" and dev is not None and ext_c is not None and ext_r is not None and ref_dev is not None:
         overhead = max(ext_r - ref_dev, 0.0)  # harness cost per iteration (flush, syncs, IPC)
         seen = ext_c - overhead
         if dev < EXTERNAL_CLOCK_RATIO * seen and seen - dev > EXTERNAL_CLOCK_MIN_GAP_MS:
@@ -82,6 +99,14 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
                 evidence=f"{dev:.4f} ms < floor {floor_ms:.4f} ms for {obs.min_bytes} bytes "
                          f"at {obs.peak_bandwidth_gbps:g} GB/s",
             ))
+    compute_ops = sorted(op for op in (obs.aten_ops or {}) if op not in ALLOWED_ATEN_OPS)
+    if compute_ops:
+        hits.append(RuleHit(
+            rule="KJ-R08-pytorch-compute-at-runtime", severity="flag",
+            message="PyTorch operators computed part of the output at run time; the work must be done by "
+                    "the candidate's own kernels (allocation, views and copies are fine)",
+            evidence=", ".join(f"{op} x{obs.aten_ops[op]}" for op in compute_ops[:20]),
+        ))
     if obs.degenerate_reference:
         hits.append(RuleHit(
             rule="KJ-R07-degenerate-problem", severity="flag",

@@ -163,3 +163,25 @@ def test_verifiers_reward_function(make_async_client, api):
     assert state["kerneljudge"]["status"] == "ok" and state["kerneljudge"]["speedup"] == 4.0
     assert asyncio.run(reward(answer(GOOD), None, state=state)) == 0.0
     assert state["kerneljudge"]["reason"]
+
+
+def test_completion_text_reads_message_objects():
+    """verifiers (>= 0.3) hands rubrics pydantic message objects with `role`/`content` attributes."""
+    from dataclasses import dataclass
+
+    from kerneljudge.adapters.common import completion_text
+
+    @dataclass
+    class Message:
+        role: str
+        content: object
+
+    @dataclass
+    class Part:
+        type: str
+        text: str
+
+    messages = [Message("user", "ignored"), Message("assistant", "a"),
+                Message("assistant", [Part("text", "b"), Part("image", "x"), {"type": "text", "text": "c"}])]
+    assert completion_text(messages) == "a\nbc"
+    assert completion_text(Message("assistant", "solo")) == "solo"

@@ -1,5 +1,5 @@
 """examples/*.py run as documented (trainer side stubbed by calling the reward the way the trainer does),
-and docs/trainers.md shows each of them verbatim."""
+and the README's trainer section shows each of them verbatim."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_verifiers_example():
 
 
 def test_docs_show_each_example_verbatim():
-    doc = (ROOT / "docs" / "trainers.md").read_text()
+    doc = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.DOTALL)
     for name in EXAMPLES:
-        assert (ROOT / "examples" / name).read_text() in blocks, f"docs/trainers.md must show examples/{name}"
+        assert (ROOT / "examples" / name).read_text() in blocks, f"README.md must show examples/{name}"

@@ -6,6 +6,7 @@ Runs `celery worker` with one pool process, pinned by the CUDA_VISIBLE_DEVICES i
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,6 +14,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-name", required=True)
     parser.add_argument("--loglevel", default="INFO")
     args = parser.parse_args(argv)
+    if os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
+        # Fail at start, not on every job, when this host cannot run the sandbox.
+        from worker.sandbox.selfcheck import require_working_sandbox
+        from worker.settings import EngineSettings
+
+        pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        gpu = int(pinned) if pinned.isdigit() else None
+        require_working_sandbox(use_gpu=gpu is not None, gpu_index=gpu,
+                                isolate_network=EngineSettings.from_env().isolate_network)
     # Imported after parsing so that KERNELJUDGE_BROKER_URL (set by the parent) is in effect.
     from . import tasks  # noqa: F401  (registers the task)
     from .celery_app import QUEUE_NAME, celery_app

@@ -65,3 +65,20 @@ def check_sandbox(*, gpu_nodes: list[str], isolate_network: bool, env: dict[str,
     if report.get("network") == "reachable":
         problems.append("the network is reachable from inside the sandbox")
     return SelfCheck(ok, report, time.monotonic() - start, "; ".join(problems) or "ok")
+
+
+def require_working_sandbox(*, use_gpu: bool, gpu_index: int | None, isolate_network: bool) -> SelfCheck:
+    """Run the self-check at worker start; raise with the reason when the host cannot sandbox."""
+    from .bwrap import gpu_device_nodes
+    from .process import SandboxUnavailable
+
+    nodes = gpu_device_nodes(gpu_index) if use_gpu else []
+    env = {"CUDA_VISIBLE_DEVICES": str(gpu_index)} if (use_gpu and gpu_index is not None) else {}
+    check = check_sandbox(gpu_nodes=nodes, isolate_network=isolate_network, env=env)
+    if not check.ok:
+        raise SandboxUnavailable(
+            f"{check.message}. Evaluations would all fail with sandbox_error, so this worker does not start. "
+            "Check that bubblewrap is installed, that unprivileged user namespaces are enabled, and (GPU) "
+            "that the /dev/nvidia* nodes exist; KERNELJUDGE_SKIP_SELFCHECK=1 skips this check."
+        )
+    return check

@@ -16,6 +16,7 @@ import traceback
 import torch
 
 from . import timer  # binds clocks and sync before any user code is imported
+from .census import OpCensus
 from .channel import Channel
 from .integrity import IntegrityWatch
 from .loader import UserCodeError, classify, clone_args, load_module, to_device, to_storable
@@ -156,6 +157,16 @@ class Runner:
         torch.save({"trials": results}, f"{self.out_dir}/outputs.pt")
         self.pool = [to_device(a, self.device) for a in data["pool"]]
         self.channel.send("done", op="run", tampered=self.integrity.changed())
+
+    def op_census(self, command: dict) -> None:
+        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.pool[0]]
+        try:
+            with torch.no_grad(), OpCensus() as census:
+                self.model(*args)
+            self._sync()
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, "in ModelNew.forward (operator census)") from exc
+        self.channel.send("done", op="census", ops=dict(census.counts), tampered=self.integrity.changed())
 
     def op_time(self, command: dict) -> None:
         try:
