@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import sys
 
 
@@ -55,6 +56,21 @@ def run(args: argparse.Namespace) -> int:
         print("kerneljudge serve: no API keys configured; set KERNELJUDGE_API_KEYS=key1,key2 "
               "(or KERNELJUDGE_API_KEYS_FILE), or pass --open on a loopback address", file=sys.stderr)
         return 2
+
+    if not settings.broker_url and os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
+        # Embedded workers run here: make sure the sandbox works before accepting jobs.
+        from worker.sandbox import SandboxUnavailable
+        from worker.sandbox.selfcheck import require_working_sandbox
+        from worker.settings import EngineSettings
+
+        engine_settings = EngineSettings.from_env()
+        try:
+            check = require_working_sandbox(use_gpu=settings.device != "cpu" and os.path.exists("/dev/nvidiactl"),
+                                            gpu_index=None, isolate_network=engine_settings.isolate_network)
+        except SandboxUnavailable as exc:
+            print(f"kerneljudge serve: the sandbox does not work on this host: {exc}", file=sys.stderr)
+            return 2
+        logging.getLogger(__name__).info("sandbox self-check passed in %.1fs: %s", check.seconds, check.report)
 
     import uvicorn
 
