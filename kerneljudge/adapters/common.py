@@ -65,25 +65,40 @@ def parse_reference_label(label: Any) -> ReferenceSpec:
 
 
 def completion_text(completion: Any) -> str:
-    """Plain text of a completion: a string, or a chat message list (the assistant messages' content)."""
+    """Plain text of a completion: a string, or a chat message list (the assistant messages' content).
+
+    Messages are dicts or message objects with `role`/`content` attributes (verifiers' pydantic
+    `AssistantMessage`); content is a string or a list of text parts (dicts or objects).
+    """
     if isinstance(completion, str):
         return completion
-    if isinstance(completion, Mapping):
+    if isinstance(completion, Mapping) or _is_message_object(completion):
         completion = [completion]
     if isinstance(completion, Sequence):
         texts = []
         for message in completion:
-            if isinstance(message, Mapping) and message.get("role", "assistant") == "assistant":
-                texts.append(_content_text(message.get("content")))
+            if (isinstance(message, Mapping) or _is_message_object(message)) \
+                    and _field(message, "role", "assistant") == "assistant":
+                texts.append(_content_text(_field(message, "content", None)))
         return "\n".join(texts)
     raise ValueError(f"completion of type {type(completion).__name__} is neither text nor chat messages")
+
+
+def _is_message_object(value: Any) -> bool:
+    return not isinstance(value, (str, bytes, Sequence)) and hasattr(value, "role") and hasattr(value, "content")
+
+
+def _field(item: Any, name: str, default: Any) -> Any:
+    if isinstance(item, Mapping):
+        return item.get(name, default)
+    return getattr(item, name, default)
 
 
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):  # multi-part content: [{"type": "text", "text": ...}, ...]
-        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+        return "".join(_field(p, "text", "") or "" for p in content if _field(p, "type", None) == "text")
     return ""
 
 
