@@ -29,6 +29,9 @@ class DeviceStage:
         self.options = prepared.request.options
         self.builder = prepared.builder
         self.seeds = engine.new_seeds(self.options.seed, self.options.trials, settings.timing_pool_size)
+        # Learned along the way, used by the runtime rules.
+        self._degenerate = False
+        self._aten_ops: dict[str, int] | None = None
 
     def run(self) -> EvalResult:
         opts = self.options
@@ -134,17 +137,16 @@ class DeviceStage:
         results = [correctness.compare(i, r, c, opts.atol, opts.rtol)
                    for i, (r, c) in enumerate(zip(ref_trials, cand_trials, strict=True))]
         atol, rtol = correctness.tolerances_used(ref_trials[0], opts.atol, opts.rtol)
-        degenerate = correctness.reference_is_degenerate(ref_trials, opts.atol, opts.rtol)
-        self._degenerate = degenerate
+        self._degenerate = correctness.reference_is_degenerate(ref_trials, opts.atol, opts.rtol)
         return CorrectnessReport(passed=all(r.passed for r in results), atol=atol, rtol=rtol, trials=results,
-                                 degenerate_reference=degenerate)
+                                 degenerate_reference=self._degenerate)
 
     def _observations(self, **fields) -> Observations:
         return Observations(
             tampered=fields.pop("tampered", []), timed_outputs_ok=fields.pop("timed_outputs_ok", True),
             timed_outputs_message=fields.pop("timed_outputs_message", None),
-            degenerate_reference=getattr(self, "_degenerate", False), device=self.options.device.value,
-            aten_ops=getattr(self, "_aten_ops", None),
+            degenerate_reference=self._degenerate, device=self.options.device.value,
+            aten_ops=self._aten_ops,
             peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
         )
 

@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import socket
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +27,6 @@ from .models import (
     Backend,
     Device,
     EnvironmentInfo,
-    ErrorInfo,
     EvalRequest,
     EvalResult,
     EvalStatus,
@@ -200,8 +198,4 @@ def link_inputs(prepared: PreparedJob) -> None:
         shutil.copy2(source, target)
 
 
-def elapsed_since(start: float) -> float:
-    return time.monotonic() - start
-
-
-__all__ = ["PreparedJob", "StageCallback", "evaluate", "execute", "prepare", "ErrorInfo"]
+__all__ = ["PreparedJob", "StageCallback", "evaluate", "execute", "prepare"]
