@@ -14,7 +14,10 @@ SPAWNER = r"""
 import os, subprocess, time
 children = [subprocess.Popen(["sleep", "1000"]) for _ in range(3)]
 # A grandchild that tries to escape into its own session.
-subprocess.Popen(["setsid", "sleep", "1000"])
+escaper = subprocess.Popen(["setsid", "sleep", "1000"])
+# Popen returns once `setsid` is exec'd; report only after it has exec'd `sleep` in turn.
+while not open(f"/proc/{escaper.pid}/cmdline", "rb").read().startswith(b"sleep"):
+    time.sleep(0.01)
 os.write(int(os.environ["KJ_MSG_FD"]), b'{"event": "started"}\n')
 while True:
     time.sleep(1)
