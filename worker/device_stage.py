@@ -11,10 +11,20 @@ import time
 
 from . import correctness, engine, timing_stats
 from .correctness import OutputFileError, Outputs
+from .coverage import coverage_report
 from .launch import RunnerSession, UserFailure
-from .models import CorrectnessReport, Device, EnvironmentInfo, EvalResult, EvalStatus, TimingReport
+from .models import (
+    CorrectnessReport,
+    Device,
+    EnvironmentInfo,
+    EvalResult,
+    EvalStatus,
+    ShapeTrialReport,
+    TimingReport,
+)
+from .policy.registry import is_disabled
 from .settings import EngineSettings
-from .verification import Observations, runtime_rules
+from .verification import ALLOWED_ATEN_OPS, SHAPE_RULE, Observations, runtime_rules
 
 MAX_OUTPUT_FILE_BYTES = 16 * 1024**3
 # Fixed-count runs, timed from outside the child, last at least this long.
@@ -29,9 +39,16 @@ class DeviceStage:
         self.options = prepared.request.options
         self.builder = prepared.builder
         self.seeds = engine.new_seeds(self.options.seed, self.options.trials, settings.timing_pool_size)
+        self.shape_check = not is_disabled(SHAPE_RULE, self.options.policy.disabled_rules)
+        if not self.shape_check:
+            self.seeds["shape_seeds"] = []
         # Learned along the way, used by the runtime rules.
         self._degenerate = False
         self._aten_ops: dict[str, int] | None = None
+        self._aten_op_ms: dict[str, float] = {}
+        self._shape_failure: str | None = None
+        self._shape_info: dict = {}
+        self._ref_shape: list[Outputs] = []
 
     def run(self) -> EvalResult:
         opts = self.options
@@ -59,14 +76,17 @@ class DeviceStage:
             deadline = time.monotonic() + opts.limits.run_s
             try:
                 reference.wait_ready(deadline)
-                reference.request("generate", deadline, **self.seeds)
+                generated = reference.request("generate", deadline, shape_max_bytes=self.settings.shape_trial_max_bytes,
+                                              **self.seeds)
             except UserFailure as failure:
                 return self.builder.reference_failure(failure)
             self._record_environment(reference.environment)
+            self._shape_info = dict(generated.get("shape_trial") or {})
             ref_data = correctness.load_output_file(self.prepared.workdir / "ref_out" / "outputs.pt",
                                                     MAX_OUTPUT_FILE_BYTES)
             ref_trials = [correctness.parse_outputs(e) for e in ref_data["trials"]]
             ref_pool = [correctness.parse_outputs(e) for e in ref_data["pool"]]
+            self._ref_shape = [correctness.parse_outputs(e) for e in ref_data.get("shape_trials", [])]
             engine.link_inputs(self.prepared)
         engine._notify(self.on_stage, "candidate")
         return self._with_both(reference, candidate, ref_trials, ref_pool)
@@ -96,6 +116,13 @@ class DeviceStage:
                 return self.builder.fail(EvalStatus.incorrect, "invalid_output",
                                          f"the candidate's outputs could not be read: {exc}")
             report = self._correctness(ref_trials, cand_trials)
+            if report.passed:
+                report.shape_trial = self._shape_trial(cand_data.get("shape_trials"))
+        if self._shape_failure:
+            # Not timed: a kernel wrong on other shapes may also have broken its CUDA context.
+            self.builder.add_rules(runtime_rules(self._observations(tampered=tampered), opts.policy))
+            engine._notify(self.on_stage, "reward")
+            return self.builder.finish(correctness=report)
         aten_ops = None
         if report.passed:
             try:
@@ -104,6 +131,9 @@ class DeviceStage:
                 return self.builder.candidate_failure(failure, during="operator census")
             aten_ops = {str(k): int(v) for k, v in (census.get("ops") or {}).items()}
             self.builder.extra["aten_ops"] = aten_ops
+            self._aten_op_ms = {str(k): float(v) for k, v in (census.get("op_ms") or {}).items()}
+            self.builder.coverage = coverage_report(self._aten_op_ms, float(census.get("forward_ms") or 0.0),
+                                                    ALLOWED_ATEN_OPS, opts.device.value)
             tampered += list(census.get("tampered") or [])
         self._aten_ops = aten_ops
         if tampered or not report.passed or not opts.timing:
@@ -141,12 +171,39 @@ class DeviceStage:
         return CorrectnessReport(passed=all(r.passed for r in results), atol=atol, rtol=rtol, trials=results,
                                  degenerate_reference=self._degenerate)
 
+    def _shape_trial(self, cand_entries: object) -> ShapeTrialReport:
+        info = self._shape_info
+        if not self.shape_check:
+            return ShapeTrialReport(ran=False, message=f"switched off ({SHAPE_RULE} is disabled for this job)")
+        if not self._ref_shape:
+            return ShapeTrialReport(ran=False, message=f"skipped: {info.get('skipped', 'no doubled-batch inputs')}")
+        report = ShapeTrialReport(ran=True, problem_shapes=info.get("problem_shapes") or [],
+                                  shapes=info.get("shapes") or [])
+        entries = cand_entries if isinstance(cand_entries, list) else []
+        entry = entries[0] if entries else None
+        if isinstance(entry, dict) and entry.get("kind") == "error":
+            report.passed = False
+            report.message = f"forward failed on the doubled batch: {str(entry.get('message'))[:500]}"
+        else:
+            try:
+                cand = correctness.parse_outputs(entry)
+            except OutputFileError as exc:
+                report.passed = False
+                report.message = f"no valid output for the doubled batch: {exc}"
+            else:
+                report.result = correctness.compare(0, self._ref_shape[0], cand, self.options.atol, self.options.rtol)
+                report.passed = report.result.passed
+                report.message = report.result.message
+        if not report.passed:
+            self._shape_failure = (f"inputs {report.problem_shapes} -> {report.shapes}: {report.message}")
+        return report
+
     def _observations(self, **fields) -> Observations:
         return Observations(
             tampered=fields.pop("tampered", []), timed_outputs_ok=fields.pop("timed_outputs_ok", True),
             timed_outputs_message=fields.pop("timed_outputs_message", None),
             degenerate_reference=self._degenerate, device=self.options.device.value,
-            aten_ops=self._aten_ops,
+            aten_ops=self._aten_ops, aten_op_ms=self._aten_op_ms, shape_trial_failure=self._shape_failure,
             peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
         )
 

@@ -164,6 +164,8 @@ def new_seeds(master: int | None, trials: int, pool: int) -> dict:
         "trial_seeds": [rng.randrange(2**31) for _ in range(trials)],
         "pool_seeds": [rng.randrange(2**31) for _ in range(pool)],
         "init_seed": rng.randrange(2**31),
+        # Drawn last so that the seeds above stay what they were for a given master seed.
+        "shape_seeds": [rng.randrange(2**31) for _ in range(2)],
     }
 
 

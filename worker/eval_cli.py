@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .models import Device, EvalOptions, EvalRequest, EvalResult, EvalStatus, SandboxKind
+from .models import Device, EvalOptions, EvalRequest, EvalResult, EvalStatus, PolicyConfig, SandboxKind
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=[s.value for s in SandboxKind], default="bwrap",
                         help="'none' runs user code without isolation (debugging only)")
     parser.add_argument("--reward-preset", default="default")
+    parser.add_argument("--disable-rule", action="append", default=[], metavar="RULE",
+                        help="switch a policy or runtime rule off for this run (full id or short number, "
+                             "e.g. KJ114 or KJ-R09); repeatable")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -52,6 +55,14 @@ def summary(result: EvalResult) -> str:
         for trial in result.correctness.trials:
             detail = trial.message or f"max abs {trial.max_abs_error:.3g}, max rel {trial.max_rel_error:.3g}"
             lines.append(f"trial {trial.trial}:   {'pass' if trial.passed else 'FAIL'}  {detail}")
+        shape = result.correctness.shape_trial
+        if shape is not None:
+            state = "not run" if not shape.ran else ("pass" if shape.passed else "FAIL")
+            where = f" {shape.problem_shapes} -> {shape.shapes}" if shape.ran else ""
+            lines.append(f"shapes:    {state}{where}" + (f"  {shape.message}" if shape.message else ""))
+    if result.coverage:
+        c = result.coverage
+        lines.append(f"coverage:  {c.share:.1%} of forward time outside PyTorch compute ({c.method})")
     if result.timing:
         t = result.timing
         lines.append(f"timing:    {t.method} on {t.device}")
@@ -74,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device, trials=args.trials, seed=args.seed, atol=args.atol, rtol=args.rtol,
         timing=not args.no_timing, timing_budget_s=args.timing_budget, backend=args.backend,
         sandbox=args.sandbox, reward_preset=args.reward_preset,
+        policy=PolicyConfig(disabled_rules=args.disable_rule),
     )
     request = EvalRequest(reference=_read(args.reference), candidate=_read(args.candidate), options=options)
     progress = None if args.json else (lambda stage: print(f"... {stage}", file=sys.stderr, flush=True))

@@ -124,13 +124,28 @@ class TrialResult(BaseModel):
     message: str | None = None
 
 
+class ShapeTrialReport(BaseModel):
+    """One extra trial on a doubled leading dimension: a kernel that hard-codes the problem's
+    shape fails it (rule KJ-R09). Skipped when the reference does not accept such inputs."""
+
+    ran: bool
+    passed: bool | None = None
+    problem_shapes: list[list[int] | None] = Field(default_factory=list)
+    shapes: list[list[int] | None] = Field(default_factory=list, description="Input shapes of this trial.")
+    result: TrialResult | None = None
+    message: str | None = Field(default=None, description="Why it failed, or why it was skipped.")
+
+
 class CorrectnessReport(BaseModel):
+    """`passed` is about the problem's own shapes; the doubled-batch trial is reported apart."""
+
     passed: bool
     atol: float
     rtol: float
     trials: list[TrialResult]
     # Set when the reference output barely depends on its inputs, so a constant passes.
     degenerate_reference: bool = False
+    shape_trial: ShapeTrialReport | None = None
 
 
 class TimingStats(BaseModel):
@@ -176,6 +191,16 @@ class EnvironmentInfo(BaseModel):
     hostname: str | None = None
 
 
+class CoverageReport(BaseModel):
+    """How much of one forward call's device time PyTorch compute took (see worker/coverage.py)."""
+
+    share: float = Field(description="1 - PyTorch compute time / forward time: the candidate's own share.")
+    forward_ms: float
+    pytorch_compute_ms: float
+    top_pytorch_ops: dict[str, float] = Field(default_factory=dict, description="Slowest compute ops, in ms.")
+    method: str = Field(description="cuda_events_per_op (GPU) or host_clock_per_op (CPU).")
+
+
 class EvalResult(BaseModel):
     """The engine's verdict for one (reference, candidate) pair; also the API's `result`."""
 
@@ -192,6 +217,7 @@ class EvalResult(BaseModel):
     correctness: CorrectnessReport | None = None
     timing: TimingReport | None = None
     rules: list[RuleHit] = Field(default_factory=list)
+    coverage: CoverageReport | None = None
     stages: dict[str, float] = Field(default_factory=dict, description="Seconds spent in each stage.")
     environment: EnvironmentInfo | None = None
     candidate_log: str | None = Field(default=None, description="Candidate's own output (logs, never a verdict).")

@@ -10,6 +10,7 @@ from .launch import UserFailure
 from .models import (
     Backend,
     CorrectnessReport,
+    CoverageReport,
     EnvironmentInfo,
     ErrorInfo,
     EvalOptions,
@@ -52,6 +53,7 @@ class ResultBuilder:
         self.candidate_log: str | None = None
         self.error: ErrorInfo | None = None
         self.status: EvalStatus | None = None
+        self.coverage: CoverageReport | None = None
 
     @contextmanager
     def stage(self, name: str):
@@ -116,7 +118,8 @@ class ResultBuilder:
             self.error = ErrorInfo(kind="rejected", message=f"{first.rule}: {first.message}", line=first.line,
                                    log_excerpt=first.evidence)
         speedup = timing.speedup if (timing and correct) else None
-        comps = reward.components(compiled=self.compiled, correct=correct, speedup=speedup)
+        comps = reward.components(compiled=self.compiled, correct=correct, speedup=speedup,
+                                  coverage=self.coverage.share if self.coverage else None)
         value = reward.compute_reward(
             self.options.reward_preset, comps, weights=self.options.reward_weights,
             rejected=status == EvalStatus.rejected, flagged=self.flagged,
@@ -126,6 +129,6 @@ class ResultBuilder:
             status=status, compiled=self.compiled, correct=correct and status == EvalStatus.ok,
             flagged=self.flagged, speedup=speedup, reward=value, reward_preset=self.options.reward_preset,
             reward_components=comps, backend=self.backend, error=self.error, correctness=correctness,
-            timing=timing, rules=self.rules, stages=self.stages, environment=self.environment,
+            timing=timing, rules=self.rules, coverage=self.coverage, stages=self.stages, environment=self.environment,
             candidate_log=self.candidate_log, extra=self.extra,
         )

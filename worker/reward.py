@@ -5,7 +5,8 @@ Components (each documented, all in the result as `reward_components`):
   compiled  1 if the candidate built and imported
   correct   1 if every correctness trial passed
   speedup   reference median / candidate median (0 unless correct and timed)
-  coverage  share of GPU time spent in the candidate's own kernels (1 when not measured)
+  coverage  1 - the share of one forward call's device time spent in PyTorch compute operators
+            (see worker/coverage.py; 1 when not measured)
 
 Presets (s = speedup, c = correct, k = compiled):
   default      0 unless c; else 0.3 + 0.7 * clamp(log2(s), 0, 3) / 3   (0.3 at <=1x, 1.0 at >=8x)

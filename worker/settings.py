@@ -32,6 +32,8 @@ class EngineSettings:
     peak_bandwidth_gbps: float = 0.0
     # Distinct input sets rotated during timing (no pointer or value repeats between calls).
     timing_pool_size: int = 4
+    # The doubled-batch trial (KJ-R09) is skipped when its inputs would exceed this.
+    shape_trial_max_bytes: int = 4 * 1024**3
 
     def cuda_arch(self) -> str | None:
         """TORCH_CUDA_ARCH_LIST for this worker's GPU: configured, or read once from nvidia-smi."""
@@ -55,5 +57,6 @@ class EngineSettings:
         settings.isolate_network = _env_bool("KERNELJUDGE_SANDBOX_ISOLATE_NETWORK", True)
         settings.cpu_threads = int(os.environ.get("KERNELJUDGE_CPU_THREADS", str(min(4, os.cpu_count() or 1))))
         settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", "4"))
+        settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES", str(4 * 1024**3)))
         settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS", "0") or 0)
         return settings

@@ -3,9 +3,12 @@ candidate ran (its claims are cross-checked, never trusted alone)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .models import PolicyConfig, RuleHit
+from .policy.registry import is_disabled
+
+SHAPE_RULE = "KJ-R09-shape-specialised"
 
 # Work that escaped the events: host-synced time this much over the event time, and by at
 # least this many ms (host overhead per iteration is a few microseconds on an idle host).
@@ -45,9 +48,18 @@ class Observations:
     degenerate_reference: bool = False
     # ATen operators dispatched by one forward call of the candidate (None: not measured).
     aten_ops: dict[str, int] | None = None
+    # Device time per operator in that call, in ms (empty: not measured).
+    aten_op_ms: dict[str, float] = field(default_factory=dict)
     min_bytes: int | None = None
     peak_bandwidth_gbps: float = 0.0
+    # Why the doubled-batch trial failed (None: passed, skipped or not run).
+    shape_trial_failure: str | None = None
     device: str = "cpu"
+
+
+def _op_evidence(op: str, obs: Observations) -> str:
+    ms = obs.aten_op_ms.get(op)
+    return f"{op} x{obs.aten_ops[op]}" + (f" ({ms:.3f} ms)" if ms is not None else "")
 
 
 def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
@@ -105,7 +117,14 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
             rule="KJ-R08-pytorch-compute-at-runtime", severity="flag",
             message="PyTorch operators computed part of the output at run time; the work must be done by "
                     "the candidate's own kernels (allocation, views and copies are fine)",
-            evidence=", ".join(f"{op} x{obs.aten_ops[op]}" for op in compute_ops[:20]),
+            evidence=", ".join(_op_evidence(op, obs) for op in compute_ops[:20]),
+        ))
+    if obs.shape_trial_failure:
+        hits.append(RuleHit(
+            rule=SHAPE_RULE, severity="flag",
+            message="the candidate is correct on the problem's shapes but wrong on a doubled batch: it hard-codes "
+                    "the problem's shape (disable KJ-R09 to allow shape-specialised kernels)",
+            evidence=obs.shape_trial_failure,
         ))
     if obs.degenerate_reference:
         hits.append(RuleHit(
@@ -113,4 +132,4 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
             message="the reference gives the same output for every input drawn: a constant passes the check, "
                     "so correctness here proves little (fix the problem's get_inputs or outputs)",
         ))
-    return [hit for hit in hits if hit.rule not in policy.disabled_rules]
+    return [hit for hit in hits if not is_disabled(hit.rule, policy.disabled_rules)]

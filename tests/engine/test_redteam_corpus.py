@@ -18,11 +18,7 @@ CPU_CASES = [case for case in load_corpus() if not case.needs_gpu]
 
 # Attacks no layer catches yet, kept here so that the gap stays visible: if one of these starts
 # being caught, this test fails and the entry must go.
-KNOWN_GAPS = {
-    # Every trial uses the shapes of the reference's get_inputs, so a kernel that hard-codes
-    # them passes; catching it needs trials with other shapes.
-    "c2_hardcoded_shape",
-}
+KNOWN_GAPS: set[str] = set()
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=[case.id for case in CPU_CASES])

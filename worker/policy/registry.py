@@ -154,7 +154,13 @@ def rule(rule_id: str) -> Rule:
     return found
 
 
+def short_id(rule_id: str) -> str:
+    """`KJ301-side-stream` -> `KJ301`; runtime rules keep their prefix: `KJ-R03-...` -> `KJ-R03`."""
+    parts = rule_id.split("-")
+    return "-".join(parts[:2]) if parts[0] == "KJ" and len(parts) > 1 else parts[0]
+
+
 def is_disabled(rule_id: str, disabled: list[str] | tuple[str, ...]) -> bool:
-    """A disabled entry matches a rule by full id or by its short number."""
-    number = rule_id.split("-", 1)[0]
-    return any(entry == rule_id or entry.split("-", 1)[0] == number for entry in disabled)
+    """A disabled entry matches a rule (static or runtime) by full id or by its short number."""
+    number = short_id(rule_id)
+    return any(entry == rule_id or short_id(entry) == number for entry in disabled)

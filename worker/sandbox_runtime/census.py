@@ -1,4 +1,4 @@
-"""Which PyTorch (ATen) operators a forward call dispatches.
+"""Which PyTorch (ATen) operators a forward call dispatches, and how long each took.
 
 A candidate must do its work in its own kernels; PyTorch compute reached at run time (through
 a lookup table, a C++ extension calling ATen, ...) shows up here even when the source hides
@@ -7,16 +7,36 @@ it from the static policy. Bound at import, before user code loads.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .timer import DeviceClock
+
 
 class OpCensus(TorchDispatchMode):
-    def __init__(self) -> None:
+    """Counts every operator; with a clock, also marks each one's start and end on the device.
+    Operators an operator calls internally run with the mode off, so nothing is counted twice."""
+
+    def __init__(self, clock: DeviceClock | None = None) -> None:
         super().__init__()
         self.counts: Counter[str] = Counter()
+        self.clock = clock
+        self._spans: list[tuple[str, object, object]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
+        name = str(func.overloadpacket)
+        self.counts[name] += 1
+        if self.clock is None:
+            return func(*args, **(kwargs or {}))
+        start = self.clock.mark()
+        out = func(*args, **(kwargs or {}))
+        self._spans.append((name, start, self.clock.mark()))
+        return out
+
+    def op_ms(self) -> dict[str, float]:
+        """Time per operator, summed over its calls (the clock must have settled)."""
+        totals: defaultdict[str, float] = defaultdict(float)
+        for name, start, end in self._spans:
+            totals[name] += self.clock.elapsed_ms(start, end)
+        return dict(totals)

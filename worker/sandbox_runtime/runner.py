@@ -20,6 +20,7 @@ from .census import OpCensus
 from .channel import Channel
 from .integrity import IntegrityWatch
 from .loader import UserCodeError, classify, clone_args, load_module, to_device, to_storable
+from .shape_variant import input_bytes, input_shapes, wider_batch_plans
 
 REQUIRED_NAMES = {"reference": ("Model", "get_inputs", "get_init_inputs"), "candidate": ("ModelNew",)}
 
@@ -135,7 +136,6 @@ class Runner:
             raise classify(exc, "in get_init_inputs()") from exc
         trials = [self._inputs(seed) for seed in command["trial_seeds"]]
         pool = [self._inputs(seed) for seed in command["pool_seeds"]]
-        torch.save({"init_inputs": init_inputs, "trials": trials, "pool": pool}, f"{self.out_dir}/inputs.pt")
         self._construct("Model", init_inputs, command["init_seed"])
         outputs = {
             "trials": [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
@@ -143,9 +143,37 @@ class Runner:
             "pool": [self._call(to_device(clone_args(a), self.device), "in Model.forward (timing inputs)")
                      for a in pool],
         }
+        shape_inputs, shape_outputs, shape_info = self._shape_trial(command.get("shape_seeds") or [],
+                                                                    command.get("shape_max_bytes", 0))
+        outputs["shape_trials"] = shape_outputs
+        torch.save({"init_inputs": init_inputs, "trials": trials, "pool": pool, "shape_trials": shape_inputs},
+                   f"{self.out_dir}/inputs.pt")
         torch.save(outputs, f"{self.out_dir}/outputs.pt")
         self.pool = [to_device(a, self.device) for a in pool]
-        self.channel.send("done", op="generate", tampered=self.integrity.changed())
+        self.channel.send("done", op="generate", shape_trial=shape_info, tampered=self.integrity.changed())
+
+    def _shape_trial(self, seeds: list[int], max_bytes: int) -> tuple[list, list, dict]:
+        """One trial on a doubled batch, if the reference accepts one (see shape_variant)."""
+        if len(seeds) != 2:
+            return [], [], {"skipped": "not requested"}
+        first, second = self._inputs(seeds[0]), self._inputs(seeds[1])
+        plans = wider_batch_plans(first, second)
+        if not plans:
+            return [], [], {"skipped": "get_inputs() returns no tensor whose first dimension can be doubled"}
+        if input_bytes(plans[0].args) > max_bytes:
+            return [], [], {"skipped": f"the doubled inputs would take {input_bytes(plans[0].args)} bytes, "
+                                       f"over the {max_bytes}-byte limit for this check"}
+        refused = []
+        for plan in plans:
+            try:
+                out = self._call(to_device(clone_args(plan.args), self.device), "in Model.forward (doubled batch)")
+            except UserCodeError as exc:
+                refused.append(f"doubling inputs {plan.widened}: {exc.message}")
+                continue
+            info = {"widened": plan.widened, "problem_shapes": input_shapes(first),
+                    "shapes": input_shapes(plan.args)}
+            return [plan.args], [out], info
+        return [], [], {"skipped": "the reference does not accept a doubled batch (" + "; ".join(refused) + ")"}
 
     def op_run(self, command: dict) -> None:
         data = torch.load(f"{self.in_dir}/inputs.pt", weights_only=True)
@@ -154,19 +182,32 @@ class Runner:
         for index, args in enumerate(data["trials"]):
             self._poison(command.get("poison_bytes", 0))
             results.append(self._call(to_device(clone_args(args), self.device), f"in ModelNew.forward (trial {index})"))
-        torch.save({"trials": results}, f"{self.out_dir}/outputs.pt")
         self.pool = [to_device(a, self.device) for a in data["pool"]]
+        # Last, and failures kept as results: a candidate that breaks on another shape is judged
+        # for that (KJ-R09), not reported as a crash.
+        shape_results = []
+        for args in data.get("shape_trials") or []:
+            try:
+                shape_results.append(self._call(to_device(clone_args(args), self.device),
+                                                "in ModelNew.forward (doubled batch)"))
+            except UserCodeError as exc:
+                shape_results.append({"kind": "error", "message": exc.message})
+        torch.save({"trials": results, "shape_trials": shape_results}, f"{self.out_dir}/outputs.pt")
         self.channel.send("done", op="run", tampered=self.integrity.changed())
 
     def op_census(self, command: dict) -> None:
         args = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.pool[0]]
+        clock = timer.DeviceClock(self.device)
         try:
-            with torch.no_grad(), OpCensus() as census:
+            with torch.no_grad(), OpCensus(clock) as census:
+                start = clock.mark()
                 self.model(*args)
-            self._sync()
+                end = clock.mark()
+            clock.settle()
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "in ModelNew.forward (operator census)") from exc
-        self.channel.send("done", op="census", ops=dict(census.counts), tampered=self.integrity.changed())
+        self.channel.send("done", op="census", ops=dict(census.counts), op_ms=census.op_ms(),
+                          forward_ms=clock.elapsed_ms(start, end), tampered=self.integrity.changed())
 
     def op_time(self, command: dict) -> None:
         try:

@@ -24,6 +24,7 @@ _monotonic = time.monotonic
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
 _cuda_sync = getattr(torch._C, "_cuda_synchronize", None)
 _current_stream = torch.cuda.current_stream
+_Event = torch.cuda.Event
 
 WARMUP_RUNS = 3
 L2_FLUSH_MIN_BYTES = 256 * 1024 * 1024
@@ -37,6 +38,28 @@ class TimingSamples:
     stopped_by: str = ""
     # Last output produced for each pool slot, re-checked against the reference outside.
     last_outputs: dict[int, object] = field(default_factory=dict)
+
+
+class DeviceClock:
+    """Marks on the device's timeline: CUDA events on the current stream, or the host clock."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> object:
+        if not self.cuda:
+            return _perf_counter()
+        event = _Event(enable_timing=True)
+        _EventBase.record(event, _current_stream())
+        return event
+
+    def settle(self) -> None:
+        if self.cuda:
+            _cuda_sync()
+
+    def elapsed_ms(self, start: object, end: object) -> float:
+        """Valid after settle()."""
+        return _EventBase.elapsed_time(start, end) if self.cuda else (end - start) * 1e3
 
 
 def _rse(samples: list[float]) -> float:
@@ -53,8 +76,8 @@ class _GpuIteration:
         props = torch.cuda.get_device_properties(device)
         l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
         self.flush = torch.empty(max(4 * l2_bytes, L2_FLUSH_MIN_BYTES), dtype=torch.uint8, device=device)
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
+        self.start = _Event(enable_timing=True)
+        self.end = _Event(enable_timing=True)
 
     def run(self, call: Callable[[], object]) -> tuple[float, float, object]:
         self.flush.zero_()

@@ -1,0 +1,136 @@
+"""The doubled-batch trial (KJ-R09): kernels that hard-code the problem's shape are flagged,
+honest ones pass, and references that do not accept another batch size are left alone."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
+from worker.models import EvalStatus
+from worker.verification import SHAPE_RULE
+
+HARD_CODED_SILU = triton_candidate('''
+    y = torch.empty_like(x)
+    silu_kernel[(4,)](x, y, 1000, BLOCK=256)
+    return y
+''')
+
+# Correct on the problem's shape, refuses any other: the same specialisation, made explicit.
+ASSERTING_SILU = triton_candidate('''
+    assert x.shape == (1000,), "only N=1000 is supported"
+    y = torch.empty_like(x)
+    silu_kernel[(4,)](x, y, 1000, BLOCK=256)
+    return y
+''')
+
+FIXED_BATCH_REFERENCE = textwrap.dedent('''
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            assert x.shape[0] == 1000, "this problem is defined for N=1000 only"
+            return x * torch.sigmoid(x)
+
+    def get_inputs():
+        return [torch.randn(1000)]
+
+    def get_init_inputs():
+        return []
+''')
+
+# A @ B with A and B square: doubling every input of leading size 64 breaks the product, so
+# the trial falls back to doubling A alone.
+MATMUL_REFERENCE = textwrap.dedent('''
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, a, b):
+            return a @ b
+
+    def get_inputs():
+        return [torch.randn(64, 64), torch.randn(64, 64)]
+
+    def get_init_inputs():
+        return []
+''')
+
+MATMUL_CANDIDATE = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            rk = k0 + tl.arange(0, BK)
+            a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc += tl.dot(a, b, allow_tf32=False)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, a, b):
+            M, K = a.shape
+            N = b.shape[1]
+            c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+            matmul_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BM=32, BN=32, BK=32)
+            return c
+''')
+
+
+def _hit(result):
+    return next((h for h in result.rules if h.rule == SHAPE_RULE), None)
+
+
+def test_honest_kernel_passes_the_doubled_batch(run_eval):
+    result = run_eval(SILU_REFERENCE, HONEST_SILU)
+    assert result.status == EvalStatus.ok and not result.flagged
+    trial = result.correctness.shape_trial
+    assert trial.ran and trial.passed
+    assert trial.problem_shapes == [[1000]] and trial.shapes == [[2000]]
+
+
+def test_hard_coded_size_is_flagged_with_evidence(run_eval):
+    result = run_eval(SILU_REFERENCE, HARD_CODED_SILU, timing=True, timing_budget_s=0.2)
+    assert result.flagged and result.reward == 0.0
+    assert result.correctness.passed, "the problem's own shapes are computed correctly"
+    hit = _hit(result)
+    assert hit is not None and hit.severity == "flag"
+    # The second half is never written: left-over memory, not the answer (a few may match by chance).
+    assert "[[1000]] -> [[2000]]" in hit.evidence
+    assert re.search(r"\b(\d+) of 2000 values differ", hit.evidence)
+    assert result.timing is None, "a shape-specialised kernel is not timed"
+
+
+def test_a_candidate_that_raises_on_another_shape_is_flagged_not_crashed(run_eval):
+    result = run_eval(SILU_REFERENCE, ASSERTING_SILU)
+    assert result.status == EvalStatus.ok and result.flagged
+    assert result.error is None
+    assert "only N=1000 is supported" in _hit(result).evidence
+
+
+def test_disabling_kj_r09_skips_the_trial(run_eval):
+    result = run_eval(SILU_REFERENCE, HARD_CODED_SILU, policy={"disabled_rules": ["KJ-R09"]})
+    assert result.status == EvalStatus.ok and not result.flagged
+    trial = result.correctness.shape_trial
+    assert not trial.ran and "disabled" in trial.message
+
+
+def test_a_reference_fixed_to_its_batch_skips_the_trial(run_eval):
+    result = run_eval(FIXED_BATCH_REFERENCE, HARD_CODED_SILU)
+    assert result.status == EvalStatus.ok and not result.flagged
+    trial = result.correctness.shape_trial
+    assert not trial.ran
+    assert "does not accept a doubled batch" in trial.message and "N=1000 only" in trial.message
+
+
+def test_square_matmul_doubles_the_left_operand_only(run_eval):
+    result = run_eval(MATMUL_REFERENCE, MATMUL_CANDIDATE)
+    assert result.status == EvalStatus.ok and not result.flagged, result.error
+    trial = result.correctness.shape_trial
+    assert trial.ran and trial.passed
+    assert trial.shapes == [[128, 64], [64, 64]]
