@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
+from tests.engine.test_failures import NO_STATIC_POLICY
 from tests.problems_util import load_problem
 from worker.models import EvalStatus
 
@@ -68,3 +69,19 @@ def test_work_on_a_side_stream_is_flagged(run_eval):
     assert result.flagged
     assert any(hit.rule == "KJ-R03-work-outside-timed-stream" for hit in result.rules), result.rules
     assert result.reward == 0.0
+
+
+HIDDEN_TORCH_SILU = triton_candidate('''
+    y = torch.empty_like(x)
+    silu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return OPS["mm"](y.view(4096, 4096), y.view(4096, 4096)).view(-1) * 0 + y
+''', extra="OPS = {'mm': torch.matmul}\n")
+
+
+def test_coverage_on_gpu_counts_hidden_pytorch_compute(run_eval):
+    problem = load_problem("elementwise")
+    honest = run_eval(problem.reference, problem.triton_ok, device="cuda")
+    assert honest.coverage.method == "cuda_events_per_op" and honest.coverage.share == 1.0
+    hidden = run_eval(BIG_SILU_REFERENCE, HIDDEN_TORCH_SILU, device="cuda", policy=NO_STATIC_POLICY)
+    assert hidden.flagged and "aten.mm" in hidden.coverage.top_pytorch_ops
+    assert hidden.coverage.share < 0.5, hidden.coverage  # a 4096^3 matmul dwarfs one SiLU pass

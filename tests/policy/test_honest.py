@@ -99,15 +99,23 @@ def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
     assert check(source) == []
 
 
-def test_correct_multistream_triton_kernel_is_flagged_never_rejected():
+def test_correct_multistream_triton_kernel_joined_back_is_accepted():
     source = triton_candidate(
         "side = torch.cuda.Stream()\nside.wait_stream(torch.cuda.current_stream())\n"
         "with torch.cuda.stream(side):\n    add_kernel[(1,)](a, b, out, n, BLOCK=1024)\n"
-        "torch.cuda.current_stream().wait_stream(side)"
+        "torch.cuda.current_stream().wait_stream(side)\nout.record_stream(side)"
     )
-    hits = check(source)
-    assert verdict(hits) == "flagged"
-    assert {h.rule for h in hits} == {"KJ301-side-stream"}
+    assert check(source) == []
+
+
+def test_stream_created_in_init_and_joined_through_a_named_current_stream_is_accepted():
+    source = triton_candidate(
+        "current = torch.cuda.current_stream()\nself.side.wait_stream(current)\n"
+        "with torch.cuda.stream(self.side):\n    add_kernel[(1,)](a, b, out, n, BLOCK=1024)\n"
+        "current.wait_stream(self.side)",
+        init="self.side = torch.cuda.Stream()",
+    )
+    assert check(source) == []
 
 
 def test_correct_multistream_cuda_kernel_is_flagged_never_rejected():

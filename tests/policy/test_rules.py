@@ -61,7 +61,7 @@ OFFENDERS: list[tuple[str, str]] = [
     ("KJ202", triton_candidate("out = out.as_subclass(torch.Tensor)")),
     ("KJ203", triton_candidate("torch.manual_seed(1234)")),
     ("KJ203", triton_candidate("state = torch.cuda.get_rng_state()")),
-    ("KJ301", triton_candidate("s = torch.cuda.Stream()")),
+    ("KJ301", triton_candidate("s = torch.cuda.Stream()\nwith torch.cuda.stream(s):\n    pass")),
     ("KJ301", cuda_candidate("cudaStream_t s;\ncudaStreamCreate(&s);")),
     ("KJ301", cuda_candidate("auto side = at::cuda::getStreamFromPool();")),
     ("KJ302", triton_candidate(imports="import threading")),

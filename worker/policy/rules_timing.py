@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from .context import NameRule, PolicyContext, name_findings, resolved_name
 from .pyfacts import dotted_qualname
 from .registry import Finding
+from .stream_joins import LIFTABLE, joined_stream_lines
 
 TIMING_NAMES = [
     *(NameRule(p, "KJ301-side-stream") for p in (
@@ -61,9 +62,12 @@ BUILD_ENV_VARS = {"TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TORCH_EXTENSIONS_DIR", "C
 
 
 def detect_timing_names(ctx: PolicyContext) -> Iterator[Finding]:
+    joined = joined_stream_lines(ctx)
     for found in name_findings(ctx, TIMING_NAMES):
         if found.rule == "KJ306-env-read" and _is_env_write_line(ctx, found):
             continue  # reported once, as a write
+        if found.rule == "KJ301-side-stream" and found.line in joined and found.what in LIFTABLE:
+            continue  # a side stream joined back before forward returns: timing sees its work
         yield found
     for node in ast.walk(ctx.facts.tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
