@@ -2,8 +2,9 @@
 
 Environment: KJ_ROLE (reference|candidate), KJ_MODE (build|run), KJ_DEVICE (cpu|cuda),
 KJ_SOURCE (the module file), KJ_IN_DIR / KJ_OUT_DIR, KJ_MSG_FD (reply channel).
-Commands (one JSON object per line on stdin): generate (reference), run (candidate),
-time, exit. Replies: ready, done, timing, error.
+Commands (one JSON object per line on stdin): generate (reference: inputs, outputs and the
+doubled-batch trial), run (candidate: the trials, then the doubled batch), census (operators
+and their times in one call), time, save_timed, exit. Replies: ready, done, timing, error.
 """
 
 from __future__ import annotations
