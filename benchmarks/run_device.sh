@@ -3,7 +3,9 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: eval redteam tests (default: all).
+# STEPS: prebuild eval elementwise redteam tests (default: eval redteam tests).
+# KJ_PROBLEMS="softmax reduction" limits the eval step to those problems; KJ_REPEATS, KJ_TRIALS and
+# KJ_TIMING_BUDGET set its repeats, trials and timing budget.
 set -uo pipefail
 wheels=$1
 out=$2
@@ -25,7 +27,7 @@ for step in $steps; do
     case $step in
     eval)
         python3 -m benchmarks.gpu_eval --device cuda --repeats ${KJ_REPEATS:-5} --timing-budget ${KJ_TIMING_BUDGET:-1.0} --trials ${KJ_TRIALS:-5} \
-            --out "$out/gpu_eval_$stamp.md" --jsonl "$out/gpu_eval.jsonl" 2>&1 | tee "$out/gpu_eval.log" ;;
+            ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} --out "$out/gpu_eval_$stamp.md" --jsonl "$out/gpu_eval.jsonl" 2>&1 | tee "$out/gpu_eval.log" ;;
     prebuild)
         python3 -m benchmarks.prebuild 'benchmarks/redteam/cases/*/candidate.py' \
             'benchmarks/problems/elementwise/cuda_*.py' --threads 12 2>&1 | tee "$out/prebuild.log" ;;
