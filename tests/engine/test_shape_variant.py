@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from worker.policy.registry import is_disabled
 from worker.sandbox_runtime.shape_variant import wider_batch_plans
 
 
@@ -25,11 +24,3 @@ def test_no_plan_without_a_tensor_to_double():
 
 def test_inputs_whose_other_dimensions_vary_are_not_joined():
     assert wider_batch_plans([torch.zeros(4, 3)], [torch.zeros(4, 5)]) == []
-
-
-def test_runtime_rules_are_disabled_by_full_id_or_short_number():
-    assert is_disabled("KJ-R09-shape-specialised", ["KJ-R09"])
-    assert is_disabled("KJ-R09-shape-specialised", ["KJ-R09-shape-specialised"])
-    assert not is_disabled("KJ-R09-shape-specialised", ["KJ-R08"])
-    assert not is_disabled("KJ-R03-work-outside-timed-stream", ["KJ301"])
-    assert is_disabled("KJ301-side-stream", ["KJ301"])

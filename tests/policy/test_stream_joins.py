@@ -22,8 +22,9 @@ UNJOINED = [
                  + "\ntorch.cuda.current_stream().wait_stream(side)", id="aliased"),
     pytest.param("side = torch.cuda.Stream()\nhandle = side.cuda_stream\nwith torch.cuda.stream(side):\n" + LAUNCH
                  + "\ntorch.cuda.current_stream().wait_stream(side)", id="raw-handle-escapes"),
-    pytest.param("side = torch.cuda.Stream()\nif n > 0:\n    with torch.cuda.stream(side):\n" + "    " + LAUNCH
-                 + "\n        return out\ntorch.cuda.current_stream().wait_stream(side)", id="returns-inside-the-block"),
+    pytest.param("side = torch.cuda.Stream()\nwith torch.cuda.stream(side):\n" + LAUNCH
+                 + "\n    if n > 0:\n        return out\ntorch.cuda.current_stream().wait_stream(side)",
+                 id="returns-inside-the-block"),
     pytest.param("side = torch.cuda.Stream()\nwith torch.cuda.stream(side):\n" + LAUNCH
                  + "\nreturn out\ntorch.cuda.current_stream().wait_stream(side)", id="returns-before-the-join"),
     pytest.param("s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()\nwith torch.cuda.stream(s1):\n" + LAUNCH

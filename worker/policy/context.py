@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from worker.models import Backend
@@ -74,8 +74,10 @@ def match_name(name: str, table: Iterable[NameRule]) -> NameRule | None:
     return best
 
 
-def name_findings(ctx: PolicyContext, table: list[NameRule], scope: Iterable[ast.AST] | None = None) -> Iterator[Finding]:
-    """Findings for imports and name uses matching `table`, across the module or within `scope`."""
+def name_findings(ctx: PolicyContext, table: list[NameRule], scope: Iterable[ast.AST] | None = None,
+                  skip: Collection[int] = ()) -> Iterator[Finding]:
+    """Findings for imports and name uses matching `table`, across the module or within `scope`;
+    `skip` holds the ids of name nodes already judged harmless."""
     roots = [ctx.facts.tree] if scope is None else list(scope)
     for root in roots:
         for node in ast.walk(root):
@@ -84,15 +86,17 @@ def name_findings(ctx: PolicyContext, table: list[NameRule], scope: Iterable[ast
                     entry = match_name(imported, table)
                     if entry:
                         yield ctx.finding(entry.rule, f"imports {imported}", node)
-        for node in _chains(ctx, roots):
-            name = resolved_name(ctx, node)
-            if name is None:
-                continue
-            entry = match_name(name, table)
-            if entry:
-                parent = ctx.facts.parents.get(node)
-                verb = "calls" if isinstance(parent, ast.Call) and parent.func is node else "uses"
-                yield ctx.finding(entry.rule, f"{verb} {name}", node)
+    for node in _chains(ctx, roots):
+        if id(node) in skip:
+            continue
+        name = resolved_name(ctx, node)
+        if name is None:
+            continue
+        entry = match_name(name, table)
+        if entry:
+            parent = ctx.facts.parents.get(node)
+            verb = "calls" if isinstance(parent, ast.Call) and parent.func is node else "uses"
+            yield ctx.finding(entry.rule, f"{verb} {name}", node)
 
 
 def _chains(ctx: PolicyContext, roots: list[ast.AST]) -> Iterator[ast.AST]:

@@ -14,6 +14,12 @@ from typing import Literal
 Severity = Literal["reject", "flag"]
 
 
+def short_id(rule_id: str) -> str:
+    """`KJ301-side-stream` -> `KJ301`; runtime rules keep their prefix: `KJ-R03-...` -> `KJ-R03`."""
+    parts = rule_id.split("-")
+    return "-".join(parts[:2]) if parts[0] == "KJ" and len(parts) > 1 else parts[0]
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
@@ -24,7 +30,7 @@ class Rule:
     @property
     def number(self) -> str:
         """The short id (`KJ101`), accepted wherever a full id is."""
-        return self.id.split("-", 1)[0]
+        return short_id(self.id)
 
 
 @dataclass(frozen=True)
@@ -148,19 +154,13 @@ _BY_NUMBER: dict[str, Rule] = {rule.number: rule for rule in RULES}
 
 def rule(rule_id: str) -> Rule:
     """Look a rule up by full id or short number (`KJ101`)."""
-    found = RULES_BY_ID.get(rule_id) or _BY_NUMBER.get(rule_id.split("-", 1)[0])
+    found = RULES_BY_ID.get(rule_id) or _BY_NUMBER.get(short_id(rule_id))
     if found is None:
         raise KeyError(f"unknown policy rule {rule_id!r}")
     return found
 
 
-def short_id(rule_id: str) -> str:
-    """`KJ301-side-stream` -> `KJ301`; runtime rules keep their prefix: `KJ-R03-...` -> `KJ-R03`."""
-    parts = rule_id.split("-")
-    return "-".join(parts[:2]) if parts[0] == "KJ" and len(parts) > 1 else parts[0]
-
-
 def is_disabled(rule_id: str, disabled: list[str] | tuple[str, ...]) -> bool:
     """A disabled entry matches a rule (static or runtime) by full id or by its short number."""
     number = short_id(rule_id)
-    return any(entry == rule_id or short_id(entry) == number for entry in disabled)
+    return any(short_id(entry) == number for entry in disabled)

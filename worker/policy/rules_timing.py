@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from .context import NameRule, PolicyContext, name_findings, resolved_name
 from .pyfacts import dotted_qualname
 from .registry import Finding
-from .stream_joins import LIFTABLE, joined_stream_lines
+from .stream_joins import joined_stream_references
 
 TIMING_NAMES = [
     *(NameRule(p, "KJ301-side-stream") for p in (
@@ -62,12 +62,12 @@ BUILD_ENV_VARS = {"TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TORCH_EXTENSIONS_DIR", "C
 
 
 def detect_timing_names(ctx: PolicyContext) -> Iterator[Finding]:
-    joined = joined_stream_lines(ctx)
-    for found in name_findings(ctx, TIMING_NAMES):
-        if found.rule == "KJ306-env-read" and _is_env_write_line(ctx, found):
-            continue  # reported once, as a write
-        if found.rule == "KJ301-side-stream" and found.line in joined and found.what in LIFTABLE:
-            continue  # a side stream joined back before forward returns: timing sees its work
+    # Writes (allowed build variables included) are reported once, as writes, not as reads.
+    write_lines = {f.line for f in _env_writes(ctx, include_build_vars=True)}
+    # Side streams joined back before forward returns are not reported: timing sees their work.
+    for found in name_findings(ctx, TIMING_NAMES, skip=joined_stream_references(ctx)):
+        if found.rule == "KJ306-env-read" and found.line in write_lines:
+            continue
         yield found
     for node in ast.walk(ctx.facts.tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -75,11 +75,6 @@ def detect_timing_names(ctx: PolicyContext) -> Iterator[Finding]:
                 yield ctx.finding("KJ308-clock-access", "measures elapsed time with CUDA events", node)
             elif node.func.attr in ("as_subclass",):
                 yield ctx.finding("KJ202-tensor-subclass-output", "turns a tensor into another class", node)
-
-
-def _is_env_write_line(ctx: PolicyContext, found: Finding) -> bool:
-    """Writes (allowed build variables included) are not reads."""
-    return found.line in {f.line for f in _env_writes(ctx, include_build_vars=True)}
 
 
 def detect_env_writes(ctx: PolicyContext) -> Iterator[Finding]:

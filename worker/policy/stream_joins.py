@@ -22,70 +22,71 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .context import PolicyContext, resolved_name
+from .pyfacts import FunctionNode
 
 STREAM_CLASS = "torch.cuda.Stream"
 STREAM_CONTEXT = "torch.cuda.stream"
 CURRENT_STREAM = "torch.cuda.current_stream"
 SIDE_WAITS = frozenset({"wait_stream", "wait_event", "synchronize", "query"})
-FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-# The findings this module may lift, as name_findings words them.
-LIFTABLE = frozenset({f"{verb} {name}" for verb in ("calls", "uses") for name in (STREAM_CLASS, STREAM_CONTEXT)})
 
 
-def joined_stream_lines(ctx: PolicyContext) -> set[int]:
-    """Lines whose every torch.cuda.Stream / torch.cuda.stream reference belongs to a joined stream."""
-    streams: dict[tuple, list[ast.Assign]] = {}
+@dataclass(frozen=True, eq=False)
+class StreamVar:
+    """A stream variable: a local name inside `scope`, or `self.<name>` (scope None) class-wide."""
+
+    name: str
+    scope: FunctionNode | None
+
+    def matches(self, ctx: PolicyContext, node: ast.AST) -> bool:
+        if self.scope is None:
+            return ctx.facts.is_self_attr(node, {self.name})
+        return isinstance(node, ast.Name) and node.id == self.name
+
+    def occurrences(self, ctx: PolicyContext) -> Iterator[ast.AST]:
+        root = ctx.facts.tree if self.scope is None else self.scope
+        return (node for node in ast.walk(root) if self.matches(ctx, node))
+
+
+def joined_stream_references(ctx: PolicyContext) -> set[int]:
+    """Ids of the `torch.cuda.Stream` / `torch.cuda.stream` name nodes that belong to joined streams."""
+    creations: dict[tuple[str, int], tuple[StreamVar, list[ast.Assign]]] = {}
     for node in ast.walk(ctx.facts.tree):
-        if isinstance(node, ast.Assign) and _is_call_to(ctx, node.value, STREAM_CLASS):
-            key = _stream_key(ctx, node.targets[0], node) if len(node.targets) == 1 else None
-            if key is not None:
-                streams.setdefault(key, []).append(node)
-    accepted: set[int] = set()  # ids of the Stream(...) / stream(...) reference nodes of joined streams
-    for key, creations in streams.items():
-        if key[0] == "local" and len(creations) > 1:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_call_to(ctx, node.value, STREAM_CLASS):
+            var = _stream_var(ctx, node.targets[0], node)
+            if var is not None:
+                creations.setdefault((var.name, id(var.scope)), (var, []))[1].append(node)
+    accepted: set[int] = set()
+    for var, assigns in creations.values():
+        if var.scope is not None and len(assigns) > 1:
             continue  # rebinding a local stream name: too clever to follow
-        references = _joined_references(ctx, key, creations)
+        references = _joined_references(ctx, var, assigns)
         if references is not None:
             accepted |= references
-    by_line: dict[int, bool] = {}
-    for node in ast.walk(ctx.facts.tree):
-        if isinstance(node, (ast.Attribute, ast.Name)) and resolved_name(ctx, node) in (STREAM_CLASS, STREAM_CONTEXT):
-            line = node.lineno
-            by_line[line] = by_line.get(line, True) and id(node) in accepted
-    return {line for line, ok in by_line.items() if ok}
+    return accepted
 
 
 def _is_call_to(ctx: PolicyContext, node: ast.AST, name: str) -> bool:
     return isinstance(node, ast.Call) and resolved_name(ctx, node.func) == name
 
 
-def _stream_key(ctx: PolicyContext, target: ast.AST, at: ast.AST) -> tuple | None:
+def _stream_var(ctx: PolicyContext, target: ast.AST, at: ast.AST) -> StreamVar | None:
     if isinstance(target, ast.Name):
         scope = ctx.facts.enclosing_function(at)
-        return ("local", id(scope), target.id) if scope is not None else None
-    if ctx.facts.is_self_attr(target) and isinstance(target, ast.Attribute):
-        return ("self", target.attr)
+        return StreamVar(target.id, scope) if scope is not None else None
+    if ctx.facts.is_self_attr(target):
+        return StreamVar(target.attr, None)
     return None
 
 
-def _occurrences(ctx: PolicyContext, key: tuple) -> Iterator[ast.AST]:
-    if key[0] == "local":
-        scope = next(n for n in ast.walk(ctx.facts.tree) if id(n) == key[1])
-        yield from (n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == key[2])
-    else:
-        for node in ast.walk(ctx.facts.tree):
-            if isinstance(node, ast.Attribute) and node.attr == key[1] and ctx.facts.is_self_attr(node):
-                yield node
-
-
-def _joined_references(ctx: PolicyContext, key: tuple, creations: list[ast.Assign]) -> set[int] | None:
+def _joined_references(ctx: PolicyContext, var: StreamVar, assigns: list[ast.Assign]) -> set[int] | None:
     """The accepted reference nodes of this stream, or None if any use breaks the pattern."""
     parents = ctx.facts.parents
-    targets = {id(c.targets[0]) for c in creations}
-    references = {id(c.value.func) for c in creations}
-    for node in _occurrences(ctx, key):
+    targets = {id(a.targets[0]) for a in assigns}
+    references = {id(a.value.func) for a in assigns}
+    for node in var.occurrences(ctx):
         if id(node) in targets:
             continue
         parent = parents.get(node)
@@ -98,7 +99,7 @@ def _joined_references(ctx: PolicyContext, key: tuple, creations: list[ast.Assig
             continue
         if isinstance(func, ast.Attribute) and func.attr == "wait_stream" and _is_current(ctx, func.value, parent):
             continue
-        if resolved_name(ctx, func) == STREAM_CONTEXT and _block_is_joined(ctx, parent, key):
+        if resolved_name(ctx, func) == STREAM_CONTEXT and _block_is_joined(ctx, parent, var):
             references.add(id(func))
             continue
         return None
@@ -130,7 +131,7 @@ def _is_current(ctx: PolicyContext, node: ast.AST, at: ast.AST) -> bool:
 
 def _inside_stream_context(ctx: PolicyContext, node: ast.AST) -> bool:
     parent = ctx.facts.parents.get(node)
-    while parent is not None and not isinstance(parent, FUNCTIONS):
+    while parent is not None and not isinstance(parent, FunctionNode):
         if isinstance(parent, (ast.With, ast.AsyncWith)) and any(
             _is_call_to(ctx, item.context_expr, STREAM_CONTEXT) for item in parent.items
         ):
@@ -139,7 +140,7 @@ def _inside_stream_context(ctx: PolicyContext, node: ast.AST) -> bool:
     return False
 
 
-def _block_is_joined(ctx: PolicyContext, context_call: ast.Call, key: tuple) -> bool:
+def _block_is_joined(ctx: PolicyContext, context_call: ast.Call, var: StreamVar) -> bool:
     parents = ctx.facts.parents
     with_node = parents.get(parents.get(context_call))  # Call -> withitem -> With
     if not isinstance(with_node, ast.With) or _inside_stream_context(ctx, with_node):
@@ -152,22 +153,19 @@ def _block_is_joined(ctx: PolicyContext, context_call: ast.Call, key: tuple) -> 
     for statement in block[block.index(with_node) + 1:]:
         if isinstance(statement, (ast.Return, ast.Raise)):
             return False
-        if _is_join(ctx, statement, key):
+        if _is_join(ctx, statement, var):
             return True
     return False
 
 
-def _is_join(ctx: PolicyContext, statement: ast.stmt, key: tuple) -> bool:
+def _is_join(ctx: PolicyContext, statement: ast.stmt, var: StreamVar) -> bool:
+    """`<current>.wait_stream(<var>)` as a statement of its own."""
     if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
         return False
     call = statement.value
     func = call.func
-    if not (isinstance(func, ast.Attribute) and func.attr == "wait_stream" and len(call.args) == 1):
-        return False
-    arg = call.args[0]
-    same = (isinstance(arg, ast.Name) and key[0] == "local" and arg.id == key[2]) or (
-        isinstance(arg, ast.Attribute) and key[0] == "self" and arg.attr == key[1] and ctx.facts.is_self_attr(arg))
-    return same and _is_current(ctx, func.value, call)
+    return (isinstance(func, ast.Attribute) and func.attr == "wait_stream" and len(call.args) == 1
+            and var.matches(ctx, call.args[0]) and _is_current(ctx, func.value, call))
 
 
 def _walk_same_function(node: ast.AST) -> Iterator[ast.AST]:
@@ -176,7 +174,7 @@ def _walk_same_function(node: ast.AST) -> Iterator[ast.AST]:
     while todo:
         child = todo.pop()
         yield child
-        if not isinstance(child, FUNCTIONS):
+        if not isinstance(child, FunctionNode):
             todo.extend(ast.iter_child_nodes(child))
 
 
