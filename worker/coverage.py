@@ -9,16 +9,16 @@ kernels need them. Everything else is PyTorch doing part of the work.
 from __future__ import annotations
 
 from .models import CoverageReport
+from .verification import ALLOWED_ATEN_OPS
 
 TOP_OPS = 5
 
 
-def coverage_report(op_ms: dict[str, float], forward_ms: float, allowed_ops: frozenset[str],
-                    device: str) -> CoverageReport | None:
+def coverage_report(op_ms: dict[str, float], forward_ms: float, device: str) -> CoverageReport | None:
     """None when the forward took no measurable time (nothing to divide)."""
     if forward_ms <= 0:
         return None
-    compute = {op: ms for op, ms in op_ms.items() if op not in allowed_ops and ms > 0}
+    compute = {op: ms for op, ms in op_ms.items() if op not in ALLOWED_ATEN_OPS and ms > 0}
     compute_ms = min(sum(compute.values()), forward_ms)
     top = dict(sorted(compute.items(), key=lambda item: -item[1])[:TOP_OPS])
     return CoverageReport(

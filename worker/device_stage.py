@@ -24,11 +24,19 @@ from .models import (
 )
 from .policy.registry import is_disabled
 from .settings import EngineSettings
-from .verification import ALLOWED_ATEN_OPS, SHAPE_RULE, Observations, runtime_rules
+from .verification import SHAPE_RULE, Observations, runtime_rules
 
 MAX_OUTPUT_FILE_BYTES = 16 * 1024**3
 # Fixed-count runs, timed from outside the child, last at least this long.
 EXTERNAL_RUN_TARGET_S = 0.25
+
+
+class _ReferenceTimingFailure(Exception):
+    """The reference's process failed while being timed (told apart by origin, not by message)."""
+
+    def __init__(self, failure: UserFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
 
 
 class DeviceStage:
@@ -96,7 +104,8 @@ class DeviceStage:
         opts = self.options
         # The candidate's clock starts when its inputs exist (its import overlapped the reference).
         deadline = time.monotonic() + opts.limits.run_s
-        poison = sum(t.numel() * t.element_size() for t in ref_trials[0].tensors) * 2
+        out_bytes = sum(t.numel() * t.element_size() for t in ref_trials[0].tensors)
+        poison = 2 * out_bytes
         with self.builder.stage("candidate"):
             try:
                 candidate.wait_ready(deadline)
@@ -118,13 +127,9 @@ class DeviceStage:
             report = self._correctness(ref_trials, cand_trials)
             if report.passed:
                 report.shape_trial = self._shape_trial(cand_data.get("shape_trials"))
-        if self._shape_failure:
-            # Not timed: a kernel wrong on other shapes may also have broken its CUDA context.
-            self.builder.add_rules(runtime_rules(self._observations(tampered=tampered), opts.policy))
-            engine._notify(self.on_stage, "reward")
-            return self.builder.finish(correctness=report)
         aten_ops = None
-        if report.passed:
+        # Not after a failed doubled-batch trial: that may also have broken the CUDA context.
+        if report.passed and not self._shape_failure:
             try:
                 census = candidate.request("census", deadline)
             except UserFailure as failure:
@@ -133,23 +138,30 @@ class DeviceStage:
             self.builder.extra["aten_ops"] = aten_ops
             self._aten_op_ms = {str(k): float(v) for k, v in (census.get("op_ms") or {}).items()}
             self.builder.coverage = coverage_report(self._aten_op_ms, float(census.get("forward_ms") or 0.0),
-                                                    ALLOWED_ATEN_OPS, opts.device.value)
+                                                    opts.device.value)
             tampered += list(census.get("tampered") or [])
         self._aten_ops = aten_ops
-        if tampered or not report.passed or not opts.timing:
-            self.builder.add_rules(runtime_rules(self._observations(tampered=tampered), opts.policy))
-            engine._notify(self.on_stage, "reward")
-            return self.builder.finish(correctness=report)
+        if tampered or not report.passed or self._shape_failure or not opts.timing:
+            return self._finish(report, self._observations(tampered=tampered))
 
         engine._notify(self.on_stage, "timing")
         with self.builder.stage("timing"):
             try:
-                timing, observations = self._timing(reference, candidate, ref_pool, ref_trials, report)
-            except UserFailure as failure:
-                if failure.kind in ("timeout", "crashed") or "reference" not in failure.message:
+                timing, observations = self._timing(reference, candidate, ref_pool, out_bytes)
+            except _ReferenceTimingFailure as wrapped:
+                # The reference already ran cleanly; dying or hanging now points at the candidate
+                # (GPU work it left running), so only its own errors are held against the reference.
+                failure = wrapped.failure
+                if failure.kind in ("timeout", "crashed"):
                     return self.builder.candidate_failure(failure, during="timing")
                 return self.builder.reference_failure(failure)
-        self.builder.add_rules(runtime_rules(observations, opts.policy))
+            except UserFailure as failure:
+                return self.builder.candidate_failure(failure, during="timing")
+        return self._finish(report, observations, timing)
+
+    def _finish(self, report: CorrectnessReport, observations: Observations,
+                timing: TimingReport | None = None) -> EvalResult:
+        self.builder.add_rules(runtime_rules(observations, self.options.policy))
         engine._notify(self.on_stage, "reward")
         return self.builder.finish(correctness=report, timing=timing)
 
@@ -223,13 +235,13 @@ class DeviceStage:
         return max(10, min(wanted, self.options.timing_max_runs))
 
     def _timing(self, reference: RunnerSession, candidate: RunnerSession, ref_pool: list[Outputs],
-                ref_trials: list[Outputs], report: CorrectnessReport) -> tuple[TimingReport, Observations]:
+                out_bytes: int) -> tuple[TimingReport, Observations]:
         deadline = time.monotonic() + self.options.limits.timing_s
         try:
             ref_reply, _ = self._time(reference, deadline)
         except UserFailure as failure:
             failure.message = f"reference timing: {failure.message}"
-            raise
+            raise _ReferenceTimingFailure(failure) from failure
         cand_reply, _ = self._time(candidate, deadline)
         candidate.request("save_timed", deadline, tag="adaptive")
         ref_stats = timing_stats.summarize(ref_reply["device_ms"])
@@ -254,13 +266,12 @@ class DeviceStage:
             speedup_ci95=timing_stats.speedup_ci(ref_reply["device_ms"], cand_reply["device_ms"]),
             candidate_host_median_ms=host_median,
         )
-        min_bytes = sum(t.numel() * t.element_size() for t in ref_trials[0].tensors)
         observations = self._observations(
             tampered=tampered, timed_outputs_ok=ok, timed_outputs_message=message,
             candidate_device_median_ms=cand_stats.median_ms, candidate_host_median_ms=host_median,
             candidate_external_ms=cand_wall * 1e3 / (n_cand + 3),
             reference_external_ms=ref_wall * 1e3 / (n_ref + 3),
-            reference_device_median_ms=ref_stats.median_ms, speedup=speedup, min_bytes=min_bytes,
+            reference_device_median_ms=ref_stats.median_ms, speedup=speedup, min_bytes=out_bytes,
         )
         self.builder.extra["timing_runs"] = {"reference_fixed": n_ref, "candidate_fixed": n_cand,
                                              "reference_stopped_by": ref_reply.get("stopped_by"),

@@ -147,3 +147,18 @@ def test_unsandboxed_debug_mode_says_so(run_eval):
     result = run_eval(SILU_REFERENCE, HONEST_SILU, sandbox="none")
     assert result.status == EvalStatus.ok
     assert result.environment.sandbox.value == "none"
+
+
+def test_a_candidate_failing_during_timing_cannot_pass_its_error_off_as_the_reference(run_eval):
+    # Honest for the 2 trials, the doubled batch and the census; then raises while being timed,
+    # with a message that names the reference.
+    candidate = triton_candidate('''
+self.calls = getattr(self, "calls", 0) + 1
+if self.calls > 4:
+    raise RuntimeError("reference timing: the reference is broken")
+''' + LAUNCH + "return y")
+    result = run_eval(SILU_REFERENCE, candidate, trials=2, timing=True, timing_budget_s=0.2,
+                      policy=NO_STATIC_POLICY)
+    assert result.status == EvalStatus.runtime_error
+    assert result.error.kind == "runtime_error"
+    assert result.error.message.startswith("candidate timing:")
