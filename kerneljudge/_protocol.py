@@ -166,9 +166,9 @@ def submit_call(item: SubmitItem, *, wait_s: float | None = None, idempotency_ke
                 headers=_auto_key(idempotency_key))
 
 
-def submit_batch_call(items: list[SubmitItem], *, idempotency_key: str | None = None) -> Call[list[BatchEntry]]:
+def submit_batch_call(items: list[SubmitItem]) -> Call[list[BatchEntry]]:
     return Call("POST", "/v1/evaluations:batch", parse_batch, json={"items": [i.to_body() for i in items]},
-                headers=_auto_key(idempotency_key))
+                headers=_auto_key(None))
 
 
 def get_call(job_id: str) -> Call[Job]:

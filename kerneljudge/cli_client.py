@@ -96,7 +96,7 @@ def _batch(client: KernelJudgeClient, args: argparse.Namespace) -> int:
     print(f"submitting {len(items)} item(s) to {client.base_url}", file=sys.stderr)
     entries = client.submit_many(items)
     ids = [e.job.id for e in entries if e.job is not None]
-    progress = _Progress(len(ids))
+    progress = _Progress()
     jobs = {job.id: job for job in client.wait_many(ids, timeout=args.timeout, on_progress=progress)} if ids else {}
     progress.close()
     failures = 0
@@ -151,8 +151,8 @@ def _load_batch(source: Path, options: dict | None) -> tuple[list[str], list[dic
 class _Progress:
     """A one-line progress bar on stderr (redrawn in place on a terminal, one line per 10% otherwise)."""
 
-    def __init__(self, total: int):
-        self.total, self.last_decile = total, -1
+    def __init__(self) -> None:
+        self.last_decile = -1
         self.tty = sys.stderr.isatty()
 
     def __call__(self, done: int, total: int) -> None:

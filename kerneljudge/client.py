@@ -235,16 +235,25 @@ class KernelJudgeClient:
                 return [latest[i] for i in job_ids]  # type: ignore[misc]
             self._sleep(poll.next_delay(remaining))
 
-    def evaluate(self, reference: str | None = None, candidate: str | None = None, *, problem_id: str | None = None,
-                 completion: str | None = None, options: EvalOptions | dict[str, Any] | None = None,
-                 timeout: float | None = None) -> EvalResult:
-        """Submit and wait; the verdict, or EvaluationTimeoutError / JobFailedError."""
+    def submit_and_wait(self, reference: str | None = None, candidate: str | None = None, *,
+                        problem_id: str | None = None, completion: str | None = None,
+                        options: EvalOptions | dict[str, Any] | None = None, timeout: float | None = None) -> Job:
+        """Submit, then wait within one `timeout`; the job once finished, or in its latest state (check `job.finished`)."""
         budget = self._core.default_timeout if timeout is None else timeout
         deadline = self._core.deadline(budget)
         job = self.submit(reference, candidate, problem_id=problem_id, completion=completion, options=options,
                           wait_s=min(SUBMIT_WAIT_S, budget), timeout=budget)
         if not job.finished:
             job = self.wait(job.id, timeout=max(0.001, deadline - self._core.clock()))
+        return job
+
+    def evaluate(self, reference: str | None = None, candidate: str | None = None, *, problem_id: str | None = None,
+                 completion: str | None = None, options: EvalOptions | dict[str, Any] | None = None,
+                 timeout: float | None = None) -> EvalResult:
+        """Submit and wait; the verdict, or EvaluationTimeoutError / JobFailedError."""
+        budget = self._core.default_timeout if timeout is None else timeout
+        job = self.submit_and_wait(reference, candidate, problem_id=problem_id, completion=completion,
+                                   options=options, timeout=budget)
         return _result_of(job, budget)
 
     def cancel(self, job_id: str, *, timeout: float | None = None) -> Job:
@@ -358,16 +367,25 @@ class AsyncKernelJudgeClient:
                 return [latest[i] for i in job_ids]  # type: ignore[misc]
             await self._sleep(poll.next_delay(remaining))
 
-    async def evaluate(self, reference: str | None = None, candidate: str | None = None, *,
-                       problem_id: str | None = None, completion: str | None = None,
-                       options: EvalOptions | dict[str, Any] | None = None, timeout: float | None = None
-                       ) -> EvalResult:
+    async def submit_and_wait(self, reference: str | None = None, candidate: str | None = None, *,
+                              problem_id: str | None = None, completion: str | None = None,
+                              options: EvalOptions | dict[str, Any] | None = None, timeout: float | None = None
+                              ) -> Job:
         budget = self._core.default_timeout if timeout is None else timeout
         deadline = self._core.deadline(budget)
         job = await self.submit(reference, candidate, problem_id=problem_id, completion=completion, options=options,
                                 wait_s=min(SUBMIT_WAIT_S, budget), timeout=budget)
         if not job.finished:
             job = await self.wait(job.id, timeout=max(0.001, deadline - self._core.clock()))
+        return job
+
+    async def evaluate(self, reference: str | None = None, candidate: str | None = None, *,
+                       problem_id: str | None = None, completion: str | None = None,
+                       options: EvalOptions | dict[str, Any] | None = None, timeout: float | None = None
+                       ) -> EvalResult:
+        budget = self._core.default_timeout if timeout is None else timeout
+        job = await self.submit_and_wait(reference, candidate, problem_id=problem_id, completion=completion,
+                                         options=options, timeout=budget)
         return _result_of(job, budget)
 
     async def cancel(self, job_id: str, *, timeout: float | None = None) -> Job:

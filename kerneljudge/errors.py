@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from worker.models import ErrorInfo
-
 
 class KernelJudgeError(Exception):
     """Base class of the client's errors."""
@@ -19,16 +17,9 @@ class ApiError(KernelJudgeError):
         self.kind = kind
         self.retry_after = retry_after
 
-    def as_error_info(self) -> ErrorInfo:
-        return ErrorInfo(kind=self.kind or f"http_{self.status_code}", message=self.message)
-
 
 class ServiceUnavailableError(KernelJudgeError):
     """The server could not be reached, or stayed overloaded (429/503), until the call's deadline."""
-
-
-class DeadlineExceededError(KernelJudgeError):
-    """The call's deadline passed before the server answered."""
 
 
 class EvaluationTimeoutError(KernelJudgeError):

@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.models import EvalOptions, EvalResult
 
-from ..client import SUBMIT_WAIT_S, AsyncKernelJudgeClient, KernelJudgeClient
+from ..client import AsyncKernelJudgeClient, KernelJudgeClient
 from ..errors import KernelJudgeError
 from ..models import Job, JobStatus, SubmitItem
 
@@ -197,12 +197,9 @@ async def _submit_and_wait(client: AsyncKernelJudgeClient, to_submit: list[tuple
 def score_one(client: KernelJudgeClient, completion: str, reference: ReferenceSpec, *,
               options: EvalOptions | None, timeout_s: float, fallback_reward: float) -> Outcome:
     """Blocking single-sample scoring (for per-sample trainer hooks); never raises."""
-    deadline = client.clock() + timeout_s
     try:
-        job = client.submit(reference.reference, problem_id=reference.problem_id, completion=completion,
-                            options=options, wait_s=min(SUBMIT_WAIT_S, timeout_s), timeout=timeout_s)
-        if not job.finished:
-            job = client.wait(job.id, timeout=max(0.001, deadline - client.clock()))
+        job = client.submit_and_wait(reference.reference, problem_id=reference.problem_id, completion=completion,
+                                     options=options, timeout=timeout_s)
         return outcome_from_job(job, fallback_reward)
     except (KernelJudgeError, OSError) as exc:
         log.warning("kerneljudge request failed: %s", exc)

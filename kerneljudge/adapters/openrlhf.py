@@ -8,8 +8,9 @@ OpenRLHF posts `{"query": [...], "prompts": [...], "labels": [...]}` to `--remot
   scores      1.0 if correct else 0.0 (OpenRLHF uses scores in [0, 1] for dynamic filtering)
   extra_logs  per-sample lists: kerneljudge/format, /compiled, /correct, /speedup, /fallback
 
-The API serves the endpoint with these functions; `reward_func` in examples/openrlhf_reward_func.py
-uses them with the client for OpenRLHF's file mode.
+`score_request` scores such a body through the client, for OpenRLHF's file mode (`reward_func` in
+examples/openrlhf_reward_func.py). The API's own POST /get_reward (app/routes_reward.py) is a separate
+implementation that does not use this module (its `scores` repeat the rewards).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker.models import EvalOptions, EvalResult
+from worker.models import EvalOptions
 
 from ..client import AsyncKernelJudgeClient
 from .common import (
@@ -27,8 +28,6 @@ from .common import (
     Outcome,
     ReferenceSpec,
     log_fallbacks,
-    outcome_from_failure,
-    outcome_from_result,
     parse_reference_label,
     score_batch,
 )
@@ -42,7 +41,6 @@ class GetRewardRequestError(ValueError):
 
 @dataclass(frozen=True)
 class RewardRequestItem:
-    index: int
     completion: str  # the response alone: the prompt is cut off the query when it is a prefix of it
     reference: ReferenceSpec | None
     label_error: str | None  # why this sample cannot be evaluated (it gets the fallback reward)
@@ -68,7 +66,7 @@ def parse_get_reward_request(body: Any) -> list[RewardRequestItem]:
             reference, label_error = parse_reference_label(labels[i]), None
         except ValueError as exc:
             reference, label_error = None, f"labels[{i}]: {exc}"
-        items.append(RewardRequestItem(i, _response_part(query, prompts[i] if prompts else None), reference,
+        items.append(RewardRequestItem(_response_part(query, prompts[i] if prompts else None), reference,
                                        label_error))
     return items
 
@@ -92,19 +90,6 @@ def _response_part(query: str, prompt: str | None) -> str:
     return query
 
 
-def build_get_reward_response(
-    items: Sequence[RewardRequestItem],
-    results: Sequence[EvalResult | str | None],
-    *,
-    fallback_reward: float = DEFAULT_FALLBACK_REWARD,
-) -> dict[str, Any]:
-    """`results[i]` is the verdict of `items[i]`, or a string saying why there is none (None: unknown)."""
-    if len(items) != len(results):
-        raise ValueError(f"{len(results)} results for {len(items)} items")
-    outcomes = [_outcome(item, result, fallback_reward) for item, result in zip(items, results, strict=True)]
-    return response_from_outcomes(outcomes)
-
-
 def response_from_outcomes(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     metrics = [o.metrics() for o in outcomes]
     names = (*LOGGED_COMPONENTS, "fallback")
@@ -113,14 +98,6 @@ def response_from_outcomes(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "scores": [1.0 if o.components.get("correct") else 0.0 for o in outcomes],
         "extra_logs": {f"{LOG_PREFIX}{name}": [m[name] for m in metrics] for name in names},
     }
-
-
-def _outcome(item: RewardRequestItem, result: EvalResult | str | None, fallback_reward: float) -> Outcome:
-    if item.label_error:
-        return outcome_from_failure(item.label_error, fallback_reward)
-    if isinstance(result, EvalResult):
-        return outcome_from_result(result)
-    return outcome_from_failure(result or "no verdict produced", fallback_reward)
 
 
 async def score_request(body: Any, client: AsyncKernelJudgeClient | None = None, *,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from kerneljudge.adapters import openrlhf, trl, verifiers, verl
-from kerneljudge.adapters.common import parse_reference_label
+from kerneljudge.adapters.common import outcome_from_failure, outcome_from_result, parse_reference_label
 from kerneljudge.client import KernelJudgeClient
 from worker.models import EvalResult, EvalStatus
 
@@ -142,14 +142,15 @@ def test_openrlhf_response_shape():
     items = openrlhf.parse_get_reward_request({"query": ["a", "b", "c"], "labels": ["p_1", "p_2", None]})
     ok = EvalResult(status=EvalStatus.ok, compiled=True, correct=True, speedup=2.0, reward=0.77,
                     reward_components={"format": 1.0, "compiled": 1.0, "correct": 1.0, "speedup": 2.0})
-    response = openrlhf.build_get_reward_response(items, [ok, "worker lost", None], fallback_reward=-0.25)
+    assert items[2].label_error is not None
+    outcomes = [outcome_from_result(ok), outcome_from_failure("worker lost", -0.25),
+                outcome_from_failure(items[2].label_error, -0.25)]
+    response = openrlhf.response_from_outcomes(outcomes)
     assert response["rewards"] == [0.77, -0.25, -0.25]
     assert response["scores"] == [1.0, 0.0, 0.0]
     assert response["extra_logs"]["kerneljudge/speedup"] == [2.0, 0.0, 0.0]
     assert response["extra_logs"]["kerneljudge/fallback"] == [0.0, 1.0, 1.0]
     json.dumps(response)
-    with pytest.raises(ValueError):
-        openrlhf.build_get_reward_response(items, [ok])
 
 
 # --- verifiers ------------------------------------------------------------------------------

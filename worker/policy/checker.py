@@ -65,14 +65,15 @@ def check_candidate(source: str, backend: Backend | None, config: PolicyConfig) 
     skipped = list(config.disabled_rules)
     if ctx.explicit_backend and ctx.backend == Backend.pytorch:
         skipped.extend(CUSTOM_KERNEL_RULES)
-    findings: dict[tuple[str, int | None, str | None], Finding] = {}
+    # One finding per (rule, line), the first in detector order: several on one line say the same thing.
+    findings: dict[tuple[str, int | None], Finding] = {}
     for detector in DETECTORS:
         for found in detector(ctx):
             if is_disabled(found.rule, skipped):
                 continue
-            findings.setdefault((found.rule, found.line, found.what), found)
+            findings.setdefault((found.rule, found.line), found)
     ordered = sorted(findings.values(), key=lambda f: (f.line or 0, f.rule))
-    return _deduplicated([_hit(f) for f in ordered])
+    return [_hit(f) for f in ordered]
 
 
 def _hit(found: Finding) -> RuleHit:
@@ -84,18 +85,6 @@ def _hit(found: Finding) -> RuleHit:
         line=found.line,
         evidence=found.evidence,
     )
-
-
-def _deduplicated(hits: list[RuleHit]) -> list[RuleHit]:
-    """One hit per (rule, line): several findings on one line say the same thing."""
-    seen: set[tuple[str, int | None]] = set()
-    unique: list[RuleHit] = []
-    for hit in hits:
-        key = (hit.rule, hit.line)
-        if key not in seen:
-            seen.add(key)
-            unique.append(hit)
-    return unique
 
 
 def verdict(hits: list[RuleHit]) -> str:

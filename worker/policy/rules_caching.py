@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from .context import NameRule, PolicyContext, name_findings, resolved_name
+from .pyfacts import decorator_name
 from .registry import Finding
 from .vocab import ALLOCATION_CALLS
 
@@ -15,8 +16,7 @@ MUTATING_METHODS = frozenset({
 MEMOIZERS = ("functools.lru_cache", "functools.cache", "functools.cached_property", "lru_cache", "cache")
 IDENTITY_ATTRS = frozenset({"_version", "_cdata", "_base"})
 IDENTITY_METHODS = frozenset({"data_ptr", "untyped_storage", "storage", "_storage", "storage_offset"})
-CACHE_NAMES = [NameRule("weakref", "KJ312-identity-keyed-cache"), NameRule("functools.lru_cache", "KJ314-memoization"),
-               NameRule("functools.cache", "KJ314-memoization")]
+CACHE_NAMES = [NameRule("weakref", "KJ312-identity-keyed-cache")]  # memoizers: detect_memoization (KJ314)
 
 
 def _self_attr_root(facts, node: ast.AST) -> str | None:
@@ -110,7 +110,7 @@ def detect_identity_keys(ctx: PolicyContext) -> Iterator[Finding]:
             and _used_as_key(facts, node)
         ):
             yield ctx.finding(rule, f"uses .{node.func.attr}() as a key or in an identity comparison", node)
-    yield from name_findings(ctx, CACHE_NAMES[:1])
+    yield from name_findings(ctx, CACHE_NAMES)
 
 
 def _used_as_key(facts, node: ast.AST) -> bool:
@@ -189,7 +189,7 @@ def detect_memoization(ctx: PolicyContext) -> Iterator[Finding]:
     for node in ast.walk(facts.tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for decorator in node.decorator_list:
-                name = facts.qualname(decorator.func if isinstance(decorator, ast.Call) else decorator) or ""
+                name = facts.qualname(decorator_name(decorator)) or ""
                 if name in MEMOIZERS and (id(node) in reachable or name.endswith("cached_property")):
                     yield ctx.finding("KJ314-memoization", f"memoizes {node.name} with @{name}", node,
                                       evidence=f"@{name} def {node.name}(...)")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from worker.models import Backend
-
 from .context import NameRule, PolicyContext, name_findings, resolved_name
 from .kinds import TENSOR
 from .pyfacts import dotted_qualname
@@ -199,10 +197,10 @@ def detect_reference_model(ctx: PolicyContext) -> Iterator[Finding]:
 
 
 def detect_kernel_launches(ctx: PolicyContext) -> Iterator[Finding]:
-    """Decoys: kernels defined but never launched, or no kernel at all."""
+    """Decoys: kernels defined but never launched, or no kernel at all.
+
+    With an explicit `pytorch` backend, check_candidate drops these rules (CUSTOM_KERNEL_RULES)."""
     facts = ctx.facts
-    if ctx.explicit_backend and ctx.backend == Backend.pytorch:
-        return
     if not facts.triton_kernels and not facts.load_inline_calls:
         where = facts.model_classes[0] if facts.model_classes else None
         yield ctx.finding("KJ107-no-custom-kernel", "defines no @triton.jit kernel and calls no load_inline", where,

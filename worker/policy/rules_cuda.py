@@ -14,7 +14,7 @@ from .context import PolicyContext
 from .cuda_sources import CudaSource, build_flags
 from .cuda_tokens import Token, directive_body_tokens, include_target, tokenize
 from .registry import Finding
-from .vocab import ALLOCATION_CALLS, TENSOR_COMPUTE_METHODS, VERDICT_WORDS
+from .vocab import ALLOCATION_CALLS, TENSOR_COMPUTE_METHODS, VERDICT_PATTERN
 
 # Free functions called as name(...): rule id per name.
 CALL_RULES: dict[str, str] = {
@@ -86,7 +86,6 @@ ATEN_NON_COMPUTE_NAMESPACES = {"cuda", "native_cuda", "Tensor", "indexing", "det
 # Namespaces under which CALL_RULES names mean the library function (not a user's own namespace).
 KNOWN_QUALIFIERS = {None, "", "std", "at", "cuda", "c10", "torch", "detail"}
 PRINTERS = {"printf", "fprintf", "puts", "cout", "cerr", "fputs", "std"}
-_VERDICT = re.compile(r"\b(" + "|".join(VERDICT_WORDS) + r")\b", re.IGNORECASE)
 _LDFLAG_VENDORS = re.compile(r"-l(cublas|cublasLt|cudnn|cusparse|cusolver|cufft)\b")
 
 
@@ -128,7 +127,7 @@ def _scan(source: CudaSource, tokens: list[Token]) -> Iterator[Finding]:
         if token.kind == "string":
             if TIMER_REGISTERS.search(token.value):
                 yield finding("KJ305-device-timer-asm", "reads a hardware timer register in inline PTX", token)
-            if _VERDICT.search(token.value) and _printed(tokens, index):
+            if VERDICT_PATTERN.search(token.value) and _printed(tokens, index):
                 yield finding("KJ411-verdict-like-output", "prints text that looks like a verdict", token)
             continue
         if token.kind != "ident":

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from .context import NameRule, PolicyContext, name_findings, resolved_name
 from .registry import Finding
-from .vocab import VERDICT_WORDS
+from .vocab import VERDICT_PATTERN
 
 _I, _D, _X, _S, _N, _F, _C, _M = (
     "KJ401-introspection", "KJ402-dynamic-code", "KJ403-process-exit", "KJ404-process-spawn",
@@ -85,7 +85,6 @@ USUAL_IMPORTS = (
     "textwrap", "operator", "contextlib", "copy", "logging", "json", "string", "re",
 )
 PRINT_CALLS = {"print", "sys.stdout.write", "sys.stderr.write", "sys.__stdout__.write", "sys.__stderr__.write"}
-_VERDICT = re.compile(r"\b(" + "|".join(VERDICT_WORDS) + r")\b", re.IGNORECASE)
 
 
 def detect_escape_names(ctx: PolicyContext) -> Iterator[Finding]:
@@ -169,7 +168,7 @@ def detect_verdict_output(ctx: PolicyContext) -> Iterator[Finding]:
             continue
         texts = [c.value for a in [*node.args, *(k.value for k in node.keywords)] for c in ast.walk(a)
                  if isinstance(c, ast.Constant) and isinstance(c.value, str)]
-        hit = next((t for t in texts if _VERDICT.search(t)), None)
+        hit = next((t for t in texts if VERDICT_PATTERN.search(t)), None)
         if hit is not None:
             yield ctx.finding("KJ411-verdict-like-output", "prints text that looks like a verdict", node)
 

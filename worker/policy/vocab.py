@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 # Allocation: torch.<name>(...) and tensor.<name>(...) that only create memory.
 ALLOCATION_CALLS = frozenset({
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
@@ -116,3 +118,4 @@ COMPUTE_BUILTINS = frozenset({"sum", "max", "min", "abs", "pow", "round", "sorte
 
 # Words that make printed text look like an evaluation verdict.
 VERDICT_WORDS = ("speedup", "correct", "reward", "verdict", "passed", "runtime_ms", "elapsed", "status", "compiled")
+VERDICT_PATTERN = re.compile(r"\b(" + "|".join(VERDICT_WORDS) + r")\b", re.IGNORECASE)
