@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from .settings import key_hash
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API key from KERNELJUDGE_API_KEYS.")
 
@@ -29,7 +30,7 @@ def _lookup(request: Request, raw_key: str | None) -> Principal:
     if not raw_key:
         raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'",
                             headers={"WWW-Authenticate": "Bearer"})
-    found = settings.api_keys.get(hashlib.sha256(raw_key.encode("utf-8", "surrogatepass")).hexdigest())
+    found = settings.api_keys.get(key_hash(raw_key))
     if found is None:
         raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
     return Principal(found.key_id, found.admin)

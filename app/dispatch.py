@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from worker.store import Job, JobStore, public_job
-from worker.store.callbacks import deliver
+from worker.store import Job, JobStore
+from worker.store.callbacks import deliver, job_callback
 
 from .executors import LocalWorkerPool, plan_identities
 from .metrics import ServiceMetrics
@@ -26,9 +26,9 @@ class CallbackSender:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="callback")
 
     def job_finished(self, job: Job) -> None:
-        callback_url = job.submission.get("callback_url")
-        if callback_url and job.terminal:
-            self._pool.submit(deliver, callback_url, public_job(job))
+        callback = job_callback(job)
+        if callback is not None:
+            self._pool.submit(deliver, *callback)
 
     def stop(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

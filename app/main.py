@@ -20,6 +20,7 @@ from .limits import BodySizeLimit, RateLimiter
 from .metrics import RequestMetrics, ServiceMetrics
 from .service import Submitter
 from .settings import Settings
+from .views import clean_errors
 from .waiting import JobEvents
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
         # Name the field and say what is wrong; do not echo (possibly huge) inputs back.
-        detail = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]
-        return JSONResponse({"detail": detail}, status_code=422)
+        return JSONResponse({"detail": clean_errors(exc)}, status_code=422)
 
     @app.exception_handler(OperationalError)
     async def _store_down(_request: Request, exc: OperationalError) -> JSONResponse:

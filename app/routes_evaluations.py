@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, R
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from worker.store import Job, public_job
+from worker.store import TERMINAL_STATUSES, Job, public_job
 
 from .auth import Principal, authenticate
 from .schemas import BatchCreate, BatchItem, BatchResponse, EvaluationCreate, ItemError, JobList, JobView
@@ -106,7 +106,7 @@ async def create_batch(body: BatchCreate, request: Request, response: Response, 
         for item in accepted:
             if item.job.id in finished:
                 item.job = job_view(finished[item.job.id])
-    response.status_code = 200 if accepted and all(i.job.status.value in ("done", "failed", "cancelled")
+    response.status_code = 200 if accepted and all(i.job.status.value in TERMINAL_STATUSES
                                                     for i in accepted) else 202
     return BatchResponse(accepted=len(accepted), rejected=len(items) - len(accepted), items=items)
 

@@ -23,13 +23,13 @@ from worker.models import EvalOptions
 from worker.store import Job
 
 from .auth import Principal, authenticate_bearer_or_query
-from .schemas import EvaluationCreate, RewardRequest, RewardResponse
+from .schemas import PROBLEM_ID_PATTERN, EvaluationCreate, RewardRequest, RewardResponse
 from .service import SubmissionError
 
 router = APIRouter(tags=["trainers"])
 
 FALLBACK_REWARD = 0.0
-_PROBLEM_ID = re.compile(r"^[0-9a-f]{64}$")
+_PROBLEM_ID = re.compile(PROBLEM_ID_PATTERN)
 
 
 def _item_body(query: str, prompt: str | None, label: str, options: EvalOptions) -> EvaluationCreate:

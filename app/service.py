@@ -60,9 +60,12 @@ class Submitter:
         """Store (and dispatch) one evaluation. Returns (job, created)."""
         new = self._new_job(body, principal, idempotency_key, loc_prefix)
         needs_worker = new.result is None
-        replay = idempotency_key is not None and self.store.has_idempotency_key(principal.key_id, idempotency_key)
-        if needs_worker and not replay:
-            self._check_capacity(capacity)
+        if needs_worker:
+            refusal = self._capacity_refusal(capacity)
+            # A replayed Idempotency-Key adds no job, so it is answered even when full; the key
+            # is looked up only when the request would otherwise be refused.
+            if refusal is not None and not self._is_replay(principal, idempotency_key):
+                raise refusal
         try:
             job, created = self.store.create_job(new)
         except IdempotencyConflict as conflict:
@@ -82,13 +85,18 @@ class Submitter:
                 self.callbacks.job_finished(job)
         return job, created
 
-    def _check_capacity(self, capacity: Capacity) -> None:
+    def _is_replay(self, principal: Principal, idempotency_key: str | None) -> bool:
+        return idempotency_key is not None and self.store.has_idempotency_key(principal.key_id, idempotency_key)
+
+    def _capacity_refusal(self, capacity: Capacity) -> SubmissionError | None:
+        """The error refusing a new job when this key's quota or the queue is full, else None."""
         if capacity.key_room <= 0:
-            raise SubmissionError(
+            return SubmissionError(
                 429, f"this API key already has {self.settings.max_active_per_key} unfinished jobs (its quota); "
                      "wait for some to finish", {"Retry-After": str(RETRY_AFTER_S)})
         if capacity.queue_room <= 0:
-            raise SubmissionError(503, "the queue is full; retry later", {"Retry-After": str(RETRY_AFTER_S)})
+            return SubmissionError(503, "the queue is full; retry later", {"Retry-After": str(RETRY_AFTER_S)})
+        return None
 
     def _new_job(self, body: EvaluationCreate, principal: Principal, idempotency_key: str | None,
                  loc_prefix: tuple) -> NewJob:

@@ -22,11 +22,18 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worker.store.jobs import DEFAULT_JOB_TIME_LIMIT_S, default_data_dir, job_time_limit_from_env, sqlite_url
+
 
 @dataclass(frozen=True)
 class ApiKey:
     key_id: str  # stored with jobs instead of the key itself
     admin: bool
+
+
+def key_hash(raw_key: str) -> str:
+    """sha256 of an API key: how keys are stored and looked up (never the key itself)."""
+    return hashlib.sha256(raw_key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def key_id_for(raw_key: str) -> str:
@@ -42,7 +49,7 @@ def parse_keys(text: str) -> dict[str, ApiKey]:
             continue
         admin = entry.endswith(":admin")
         raw = entry[: -len(":admin")] if admin else entry
-        keys[hashlib.sha256(raw.encode()).hexdigest()] = ApiKey(key_id_for(raw), admin)
+        keys[key_hash(raw)] = ApiKey(key_id_for(raw), admin)
     return keys
 
 
@@ -79,7 +86,7 @@ class Settings:
     max_active_per_key: int = 5000
     max_queue: int = 20000
     allow_unsandboxed: bool = False
-    job_time_limit_s: float = 3600.0
+    job_time_limit_s: float = DEFAULT_JOB_TIME_LIMIT_S
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -91,7 +98,7 @@ class Settings:
         return cls(
             api_keys=parse_keys(keys_text),
             open_mode=_env_bool("KERNELJUDGE_OPEN"),
-            data_dir=Path(os.environ.get("KERNELJUDGE_DATA_DIR", "./data")).expanduser(),
+            data_dir=default_data_dir(),
             database_url=os.environ.get("KERNELJUDGE_DATABASE_URL") or None,
             broker_url=os.environ.get("KERNELJUDGE_BROKER_URL") or None,
             local_workers=int(workers) if workers not in (None, "") else None,
@@ -105,11 +112,10 @@ class Settings:
             max_active_per_key=_env_int("KERNELJUDGE_MAX_ACTIVE_PER_KEY", cls.max_active_per_key),
             max_queue=_env_int("KERNELJUDGE_MAX_QUEUE", cls.max_queue),
             allow_unsandboxed=_env_bool("KERNELJUDGE_ALLOW_UNSANDBOXED"),
-            job_time_limit_s=_env_float("KERNELJUDGE_JOB_TIME_LIMIT_S", cls.job_time_limit_s),
+            job_time_limit_s=job_time_limit_from_env(),
         )
 
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{(self.data_dir / 'kerneljudge.db').resolve()}"
+        return sqlite_url(self.data_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import HTTPException
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from worker.store import Job, public_job
@@ -19,7 +20,7 @@ def http_error(error: SubmissionError) -> HTTPException:
     return HTTPException(error.status, error.detail, headers=error.headers)
 
 
-def clean_errors(error: ValidationError, loc_prefix: tuple = ()) -> list[dict]:
+def clean_errors(error: ValidationError | RequestValidationError, loc_prefix: tuple = ()) -> list[dict]:
     """Pydantic errors as JSON-safe dicts naming the field (no echo of the input)."""
     return [{"type": e["type"], "loc": [*loc_prefix, *e["loc"]], "msg": e["msg"]} for e in error.errors()]
 

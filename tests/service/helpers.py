@@ -29,7 +29,6 @@ def free_port() -> int:
 
 @dataclass
 class LiveServer:
-    app: object
     server: uvicorn.Server
     thread: threading.Thread
     base_url: str
@@ -56,7 +55,7 @@ def start_server(settings: Settings) -> LiveServer:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("test server did not start")
         time.sleep(0.02)
-    return LiveServer(app, server, thread, f"http://127.0.0.1:{port}")
+    return LiveServer(server, thread, f"http://127.0.0.1:{port}")
 
 
 def make_settings(data_dir: Path, **overrides) -> Settings:

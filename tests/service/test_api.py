@@ -198,9 +198,15 @@ def test_rate_limit_answers_429_with_retry_after(serve):
 def test_quota_and_full_queue(serve):
     server = serve(max_active_per_key=2, max_queue=3)
     with server.client() as client:
-        assert [client.post("/v1/evaluations", json=BODY).status_code for _ in range(2)] == [202, 202]
+        keyed = {"Idempotency-Key": "quota-1"}
+        made = [client.post("/v1/evaluations", json=BODY, headers=headers) for headers in (keyed, {})]
+        assert [response.status_code for response in made] == [202, 202]
         over_quota = client.post("/v1/evaluations", json=BODY)
         assert over_quota.status_code == 429 and over_quota.headers["retry-after"]
+        # A replayed Idempotency-Key adds no job: it is answered even over quota; a new key is not.
+        replay = client.post("/v1/evaluations", json=BODY, headers=keyed)
+        assert replay.status_code == 202 and replay.json()["id"] == made[0].json()["id"]
+        assert client.post("/v1/evaluations", json=BODY, headers={"Idempotency-Key": "quota-2"}).status_code == 429
     with server.client(OTHER_KEY) as other:
         assert other.post("/v1/evaluations", json=BODY).status_code == 202
         full = other.post("/v1/evaluations", json=BODY)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -37,6 +39,32 @@ def _drain(store: JobStore) -> None:
         store.fail(job.id, "drained by test")
 
 
+def _race(targets: list[Callable[[], Any]], timeout_s: float = 120.0) -> list[Any]:
+    """Run each target in its own thread, concurrently; return their results in order.
+
+    A thread's exception would otherwise only be printed as a warning: it fails the test here,
+    as does a racer that did not finish with a result.
+    """
+    results: dict[int, Any] = {}
+    errors: dict[int, BaseException] = {}
+
+    def run(index: int, target: Callable[[], Any]) -> None:
+        try:
+            results[index] = target()
+        except BaseException as exc:  # reported by the assertion below
+            errors[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i, target)) for i, target in enumerate(targets)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+    assert not any(t.is_alive() for t in threads), f"racing threads still running after {timeout_s}s"
+    assert not errors, f"racing threads raised: {errors!r}"
+    assert sorted(results) == list(range(len(targets))), "every racer must finish with a result"
+    return [results[i] for i in range(len(targets))]
+
+
 def test_round_trip_keeps_nul_characters(store):
     job, created = store.create_job(_new(store))
     assert created and store.get(job.id).submission["candidate"] == "x\x00y"
@@ -45,19 +73,15 @@ def test_round_trip_keeps_nul_characters(store):
 def test_concurrent_claims_never_share_a_job(store):
     _drain(store)
     ids = {store.create_job(_new(store))[0].id for _ in range(12)}
-    claimed: list[str] = []
-    lock = threading.Lock()
 
-    def worker(name: str) -> None:
+    def worker(name: str) -> list[str]:
+        mine: list[str] = []
         while (job := store.claim_next(name, None)) is not None:
-            with lock:
-                claimed.append(job.id)
+            mine.append(job.id)
+        return mine
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    per_worker = _race([lambda name=f"w{i}": worker(name) for i in range(4)])
+    claimed = [job_id for mine in per_worker for job_id in mine]
     assert sorted(claimed) == sorted(ids)  # each exactly once
 
 
@@ -71,16 +95,12 @@ def test_priority_then_age(store):
 
 def test_idempotency_race_makes_one_job(store):
     new = _new(store, idempotency_key=f"key-{uuid.uuid4().hex}")
-    results: list[str] = []
 
-    def submit() -> None:
-        results.append(store.create_job(new)[0].id)
+    def submit() -> str:
+        return store.create_job(new)[0].id
 
-    threads = [threading.Thread(target=submit) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = _race([submit] * 6)
+    assert len(results) == 6 and all(results)
     assert len(set(results)) == 1
     other = NewJob(problem_id=new.problem_id, submission={"candidate": "other", "options": {}},
                    api_key_id="k", idempotency_key=new.idempotency_key)

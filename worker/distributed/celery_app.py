@@ -17,17 +17,18 @@ import os
 
 from celery import Celery
 
+from worker.store.jobs import job_time_limit_from_env
+
 TASK_NAME = "kerneljudge.evaluate"
 QUEUE_NAME = "kerneljudge"
 
-# The engine's default stage limits add up to ~10 minutes; the hard limit leaves room for
-# slow builds, and the visibility timeout is longer than the hard limit.
-DEFAULT_HARD_LIMIT_S = 3600.0
-
 
 def time_limits() -> tuple[float, float, float]:
-    """(soft limit, hard limit, broker visibility timeout) in seconds."""
-    hard = float(os.environ.get("KERNELJUDGE_JOB_TIME_LIMIT_S", DEFAULT_HARD_LIMIT_S))
+    """(soft limit, hard limit, broker visibility timeout) in seconds.
+
+    The hard limit is KERNELJUDGE_JOB_TIME_LIMIT_S; the visibility timeout is longer than it.
+    """
+    hard = job_time_limit_from_env()
     soft = max(hard - 60.0, hard * 0.9)
     visibility = hard * 2 + 300.0
     return soft, hard, visibility

@@ -12,8 +12,8 @@ import socket
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from worker.store import JobStore, public_job
-from worker.store.callbacks import deliver
+from worker.store import JobStore
+from worker.store.callbacks import deliver_job
 from worker.store.runner import WorkerIdentity, run_claimed_job
 
 from .celery_app import TASK_NAME, celery_app
@@ -38,7 +38,8 @@ def worker_identity() -> WorkerIdentity:
     return WorkerIdentity(name=name, device=device, gpu=gpu)
 
 
-@celery_app.task(name=TASK_NAME, acks_late=True, reject_on_worker_lost=True)
+# acks_late and reject_on_worker_lost come from make_celery's config (task_acks_late, ...).
+@celery_app.task(name=TASK_NAME)
 def evaluate_job(job_id: str) -> str:
     store = _job_store()
     identity = worker_identity()
@@ -52,8 +53,6 @@ def evaluate_job(job_id: str) -> str:
         store.fail(job_id, "the job exceeded the worker's time limit (KERNELJUDGE_JOB_TIME_LIMIT_S)",
                    attempt=job.attempts)
         final = store.get(job_id)
-    if final is not None and final.terminal:
-        callback_url = final.submission.get("callback_url")
-        if callback_url:
-            deliver(callback_url, public_job(final))
+    if final is not None:
+        deliver_job(final)
     return final.status if final else "missing"

@@ -27,8 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     from . import tasks  # noqa: F401  (registers the task)
     from .celery_app import QUEUE_NAME, celery_app
 
+    # Concurrency 1 and prefetch multiplier 1 come from make_celery's config (worker_concurrency,
+    # worker_prefetch_multiplier), which `celery worker` uses when no flag overrides it.
     celery_app.worker_main([
-        "worker", "--pool", "prefork", "--concurrency", "1", "--prefetch-multiplier", "1",
+        "worker", "--pool", "prefork",
         "--queues", QUEUE_NAME, "--hostname", args.node_name, "--loglevel", args.loglevel,
         "--without-gossip", "--without-mingle",
     ])

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from .records import Job, public_job
+
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-KernelJudge-Signature"
@@ -55,3 +57,17 @@ def deliver(url: str, payload: dict[str, Any], *, secret: str | None = None, att
             time.sleep(backoff_s * 2 ** (attempt - 1))
     log.error("callback to %s abandoned after %d attempts", url, attempts)
     return False
+
+
+def job_callback(job: Job) -> tuple[str, dict[str, Any]] | None:
+    """(callback_url, payload) to POST for a finished job that asked for a callback, else None."""
+    callback_url = job.submission.get("callback_url")
+    if callback_url and job.terminal:
+        return callback_url, public_job(job)
+    return None
+
+
+def deliver_job(job: Job) -> bool:
+    """Deliver a finished job's callback now (blocking); False when it has none or delivery failed."""
+    callback = job_callback(job)
+    return deliver(*callback) if callback else False

@@ -38,8 +38,19 @@ log = logging.getLogger(__name__)
 DB_FILE_NAME = "kerneljudge.db"
 
 
+# A job in flight longer than this is failed (the API's reaper) and stopped (Celery's hard limit).
+# The engine's default stage limits add up to ~10 minutes; this leaves room for slow builds.
+DEFAULT_JOB_TIME_LIMIT_S = 3600.0
+
+
 def default_data_dir() -> Path:
     return Path(os.environ.get("KERNELJUDGE_DATA_DIR", "./data")).expanduser()
+
+
+def sqlite_url(data_dir: Path) -> str:
+    """The URL of the SQLite job store in `data_dir` (created if missing)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(data_dir / DB_FILE_NAME).resolve()}"
 
 
 def database_url_from_env() -> str:
@@ -47,9 +58,13 @@ def database_url_from_env() -> str:
     url = os.environ.get("KERNELJUDGE_DATABASE_URL", "").strip()
     if url:
         return normalise_url(url)
-    data_dir = default_data_dir()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(data_dir / DB_FILE_NAME).resolve()}"
+    return sqlite_url(default_data_dir())
+
+
+def job_time_limit_from_env() -> float:
+    """KERNELJUDGE_JOB_TIME_LIMIT_S in seconds (unset or empty: DEFAULT_JOB_TIME_LIMIT_S)."""
+    value = os.environ.get("KERNELJUDGE_JOB_TIME_LIMIT_S")
+    return float(value) if value not in (None, "") else DEFAULT_JOB_TIME_LIMIT_S
 
 
 def normalise_url(url: str) -> str:
@@ -211,10 +226,6 @@ class JobStore:
             ).all()
             return {(status, verdict or ""): count for status, verdict, count in rows}
 
-    def queue_depth(self) -> int:
-        with self._session() as s:
-            return s.scalar(select(func.count()).where(JobRow.status == JobStatus.queued.value)) or 0
-
     def load(self, api_key_id: str) -> tuple[int, int]:
         """(jobs queued overall, unfinished jobs of this API key) in one query."""
         queued = JobRow.status == JobStatus.queued.value
@@ -223,12 +234,6 @@ class JobStore:
             row = s.execute(select(func.count().filter(queued), func.count().filter(mine))
                             .where(JobRow.status.in_(ACTIVE_STATUSES))).one()
             return int(row[0] or 0), int(row[1] or 0)
-
-    def active_count(self, api_key_id: str) -> int:
-        with self._session() as s:
-            return s.scalar(
-                select(func.count()).where(JobRow.api_key_id == api_key_id, JobRow.status.in_(ACTIVE_STATUSES))
-            ) or 0
 
     # ---- state changes --------------------------------------------------------------------
 

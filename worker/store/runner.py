@@ -7,6 +7,7 @@ of `kerneljudge worker`. `done` means the engine produced an EvalResult (whateve
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,10 +30,6 @@ class WorkerIdentity:
     name: str  # e.g. embedded@host:gpu0 or celery@host:pid
     device: str  # "cpu" or "cuda": the device every job on this worker runs on
     gpu: str | None = None  # GPU index (as the worker sees it) or None on CPU
-
-
-# Called after every job that reached a terminal state, with the final record.
-FinishedHook = Callable[[Job], None]
 
 
 def extraction_failure_result(options: dict[str, Any], message: str) -> dict[str, Any]:
@@ -66,8 +63,13 @@ def call_engine(request: EvalRequest, identity: WorkerIdentity, on_stage: Callab
     return engine.evaluate(request, settings=engine_settings_for(identity), on_stage=on_stage)
 
 
+@functools.cache
 def engine_settings_for(identity: WorkerIdentity):
     """Engine settings for this worker: the environment's, pinned to the worker's GPU.
+
+    Built once per worker identity (a frozen, hashable dataclass) and reused for all its jobs,
+    so values the settings cache lazily (e.g. the CUDA arch read from nvidia-smi) survive
+    between jobs. Each identity is one worker running one job at a time.
 
     Embedded workers are threads of one process, so the GPU is chosen per job through
     `gpu_index` (the engine sets CUDA_VISIBLE_DEVICES for the sandboxes it starts).
