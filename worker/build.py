@@ -29,7 +29,6 @@ MAX_LOG_CHARS = 4000
 class BuildOutcome:
     ext_dir: Path
     cached: bool
-    log: str = ""
 
 
 def build_key(candidate: str, torch_version: str, arch: str | None) -> str:
@@ -75,7 +74,7 @@ def build_cuda_candidate(
         config = RunnerConfig(role="candidate", mode="build", device="cuda",
                               paths=RunnerPaths(source=source_file, out_dir=out_dir, ext_dir=ext_dir),
                               sandbox=sandbox)
-        limits = ResourceLimits(wall_s=limit_s, cpu_s=int(limit_s * 4) + 30)
+        limits = ResourceLimits(cpu_s=int(limit_s * 4) + 30)
         deadline = time.monotonic() + limit_s
         session = RunnerSession(config, settings, limits)
         try:
@@ -88,7 +87,7 @@ def build_cuda_candidate(
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
         (ext_dir / BUILT_MARKER).write_text(key)
-        return BuildOutcome(ext_dir=ext_dir, cached=False, log=session.logs()[-MAX_LOG_CHARS:])
+        return BuildOutcome(ext_dir=ext_dir, cached=False)
 
 
 def private_copy(ext_dir: Path, destination: Path) -> Path:

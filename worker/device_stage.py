@@ -166,13 +166,9 @@ class DeviceStage:
         return self.builder.finish(correctness=report, timing=timing)
 
     def _record_environment(self, env: dict) -> None:
-        current = self.builder.environment
-        self.builder.environment = EnvironmentInfo(
-            device=self.options.device, sandbox=self.options.sandbox,
-            hostname=current.hostname if current else None,
-            gpu_name=env.get("gpu_name"), driver=env.get("driver"), cuda=env.get("cuda"),
-            torch=env.get("torch"), triton=env.get("triton"), python=env.get("python"),
-        )
+        fields = ("gpu_name", "driver", "cuda", "torch", "triton", "python")
+        current = self.builder.environment or EnvironmentInfo(device=self.options.device, sandbox=self.options.sandbox)
+        self.builder.environment = current.model_copy(update={name: env.get(name) for name in fields})
 
     def _correctness(self, ref_trials: list[Outputs], cand_trials: list[Outputs]) -> CorrectnessReport:
         opts = self.options
@@ -212,8 +208,6 @@ class DeviceStage:
 
     def _observations(self, **fields) -> Observations:
         return Observations(
-            tampered=fields.pop("tampered", []), timed_outputs_ok=fields.pop("timed_outputs_ok", True),
-            timed_outputs_message=fields.pop("timed_outputs_message", None),
             degenerate_reference=self._degenerate, device=self.options.device.value,
             aten_ops=self._aten_ops, aten_op_ms=self._aten_op_ms, shape_trial_failure=self._shape_failure,
             peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,

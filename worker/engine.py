@@ -18,7 +18,7 @@ import shutil
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import build, validate
@@ -30,7 +30,6 @@ from .models import (
     EvalRequest,
     EvalResult,
     EvalStatus,
-    RuleHit,
 )
 from .result_builder import ResultBuilder
 from .sandbox import ResourceLimits, SandboxUnavailable
@@ -52,7 +51,6 @@ class PreparedJob:
     workdir: Path
     builder: ResultBuilder
     ext_dir: Path | None = None
-    static_rules: list[RuleHit] = field(default_factory=list)
 
     def discard(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -112,8 +110,7 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     (workdir / "src_ref" / "reference.py").write_text(request.reference)
     (workdir / "src_cand" / "candidate.py").write_text(request.candidate)
-    prepared = PreparedJob(request=request, backend=backend, workdir=workdir, builder=builder,
-                           static_rules=static_rules)
+    prepared = PreparedJob(request=request, backend=backend, workdir=workdir, builder=builder)
     if backend != Backend.cuda:
         # Triton compiles at first launch, on the device: the run stage reports its errors.
         return prepared
@@ -182,7 +179,7 @@ def runner(prepared: PreparedJob, settings: EngineSettings, *, role: str, limit_
                             in_dir=work / "cand_in", ext_dir=ext)
     cuda = options.device == Device.cuda
     limits = ResourceLimits(
-        wall_s=limit_s, cpu_s=int(limit_s * 4) + 60,
+        cpu_s=int(limit_s * 4) + 60,
         address_space_bytes=None if cuda else 16 * 1024**3,
     )
     config = RunnerConfig(role=role, mode="run", device=options.device.value, paths=paths,

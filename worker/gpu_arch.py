@@ -6,6 +6,7 @@ ask the device which architecture to compile for: TORCH_CUDA_ARCH_LIST is set fr
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import subprocess
 log = logging.getLogger(__name__)
 
 
+@functools.cache  # the GPU does not change under a running worker; nvidia-smi is slow to start
 def detect_cuda_arch(gpu_index: int | None = None) -> str | None:
     """E.g. "9.0" for an H100, from nvidia-smi; None when there is no GPU or no nvidia-smi."""
     smi = shutil.which("nvidia-smi")

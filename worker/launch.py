@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .models import SandboxKind
@@ -43,7 +43,6 @@ class RunnerConfig:
     device: str  # cpu | cuda
     paths: RunnerPaths
     sandbox: SandboxKind = SandboxKind.bwrap
-    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: ResourceLimits) -> SandboxSpec:
@@ -96,7 +95,6 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         arch = settings.cuda_arch()
         if arch:
             env["TORCH_CUDA_ARCH_LIST"] = arch
-    env.update(config.extra_env)
     nodes = gpu_device_nodes(settings.gpu_index) if (config.device == "cuda" and config.mode == "run") else []
     return SandboxSpec(mounts=mounts, env=env, gpu_device_nodes=nodes,
                        isolate_network=settings.isolate_network, limits=limits)

@@ -56,7 +56,8 @@ class EngineSettings:
         settings.cuda_arch_list = os.environ.get("KERNELJUDGE_CUDA_ARCH") or None
         settings.isolate_network = _env_bool("KERNELJUDGE_SANDBOX_ISOLATE_NETWORK", True)
         settings.cpu_threads = int(os.environ.get("KERNELJUDGE_CPU_THREADS", str(min(4, os.cpu_count() or 1))))
-        settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", "4"))
-        settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES", str(4 * 1024**3)))
-        settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS", "0") or 0)
+        settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", settings.timing_pool_size))
+        settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES",
+                                                            settings.shape_trial_max_bytes))
+        settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS") or 0)
         return settings

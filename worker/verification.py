@@ -35,9 +35,9 @@ ALLOWED_ATEN_OPS = frozenset(f"aten.{name}" for name in (
 
 @dataclass
 class Observations:
-    tampered: list[str]
-    timed_outputs_ok: bool
-    timed_outputs_message: str | None
+    tampered: list[str] = field(default_factory=list)
+    timed_outputs_ok: bool = True
+    timed_outputs_message: str | None = None
     candidate_device_median_ms: float | None = None
     candidate_host_median_ms: float | None = None
     # Per-iteration wall time of the fixed-count runs, seen from the supervisor.

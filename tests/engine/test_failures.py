@@ -6,6 +6,7 @@ sandbox and the runtime checks are what is being tested.
 
 from __future__ import annotations
 
+import os
 import socket
 
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
@@ -142,11 +143,14 @@ return y * 0
 
 
 def test_unsandboxed_debug_mode_says_so(run_eval):
-    from tests.engine.conftest import HONEST_SILU
-
-    result = run_eval(SILU_REFERENCE, HONEST_SILU, sandbox="none")
-    assert result.status == EvalStatus.ok
-    assert result.environment.sandbox.value == "none"
+    # The candidate reports the uid it runs as: the sandbox maps it to nobody, `none` does not.
+    candidate = triton_candidate(LAUNCH + "return y", extra="import os\nprint('uid', os.getuid())\n")
+    sandboxed = run_eval(SILU_REFERENCE, candidate, policy=NO_STATIC_POLICY)
+    unsandboxed = run_eval(SILU_REFERENCE, candidate, policy=NO_STATIC_POLICY, sandbox="none")
+    assert sandboxed.status == unsandboxed.status == EvalStatus.ok
+    assert "uid 65534" in sandboxed.candidate_log and sandboxed.environment.sandbox.value == "bwrap"
+    assert f"uid {os.getuid()}" in unsandboxed.candidate_log
+    assert unsandboxed.environment.sandbox.value == "none"
 
 
 def test_a_candidate_failing_during_timing_cannot_pass_its_error_off_as_the_reference(run_eval):

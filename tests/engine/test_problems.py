@@ -43,8 +43,8 @@ def test_timing_on_cpu_is_labelled_host_clock_and_has_stats(run_eval):
     assert timing.method == "host_clock" and timing.device == "cpu"
     for stats in (timing.reference, timing.candidate):
         assert stats.n >= 5
-        assert stats.min_ms <= stats.median_ms <= stats.max_ms
-        assert stats.std_ms >= 0
+        # Real, distinct measurements: not one sample repeated, not a zero clock.
+        assert 0 < stats.min_ms < stats.max_ms
     assert timing.speedup == pytest.approx(timing.reference.median_ms / timing.candidate.median_ms)
     low, high = timing.speedup_ci95
     assert low <= timing.speedup <= high

@@ -34,8 +34,8 @@ def test_pytorch_compute_hidden_behind_a_table_is_flagged(run_eval):
     assert result.reward == 0.0
     coverage = result.coverage
     assert set(coverage.top_pytorch_ops) == {"aten.silu", "aten.mul", "aten.add"}  # OPS["act"](y * 0 + x)
-    assert 0.0 < coverage.pytorch_compute_ms <= coverage.forward_ms
-    assert coverage.share == round(1.0 - coverage.pytorch_compute_ms / coverage.forward_ms, 4)
+    # The hidden operators' time is counted against the candidate (the arithmetic: test_coverage.py).
+    assert coverage.pytorch_compute_ms > 0.0 and coverage.share < 1.0
     assert result.reward_components["coverage"] == coverage.share
 
 

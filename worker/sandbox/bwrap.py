@@ -12,7 +12,6 @@ import glob
 import os
 import shutil
 import sys
-from pathlib import Path
 
 from .spec import SandboxSpec
 
@@ -91,10 +90,11 @@ def build_argv(bwrap: str, spec: SandboxSpec, command: list[str]) -> list[str]:
 def host_env(spec: SandboxSpec) -> dict[str, str]:
     """For the `none` backend: the spec's environment with mount targets mapped to sources."""
     env = {}
+    mounts = sorted(spec.mounts, key=lambda m: len(m.target), reverse=True)  # most specific first
     for key, value in spec.env.items():
-        for mount in sorted(spec.mounts, key=lambda m: len(m.target), reverse=True):
+        for mount in mounts:
             if value == mount.target or value.startswith(mount.target + "/"):
-                value = str(Path(mount.source)) + value[len(mount.target):]
+                value = str(mount.source) + value[len(mount.target):]
                 break
         env[key] = value
     env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -10,7 +11,6 @@ import resource
 import signal
 import subprocess
 import threading
-import time
 from dataclasses import dataclass
 
 from . import bwrap
@@ -115,12 +115,11 @@ class SandboxProcess:
         self.messages: queue.Queue[dict | None] = queue.Queue()
         self._proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
-        self.started_at = 0.0
 
     # -- start / stop ------------------------------------------------------------------
     def start(self) -> None:
         read_fd, write_fd = os.pipe()
-        env_spec = SandboxSpec(**{**self.spec.__dict__, "env": {**self.spec.env, "KJ_MSG_FD": str(write_fd)}})
+        env_spec = dataclasses.replace(self.spec, env={**self.spec.env, "KJ_MSG_FD": str(write_fd)})
         if self.use_bwrap:
             path = bwrap.find_bwrap()
             if not path:
@@ -142,7 +141,6 @@ class SandboxProcess:
             raise SandboxUnavailable(f"could not start the sandbox for {self.name}: {exc}") from exc
         finally:
             os.close(write_fd)
-        self.started_at = time.monotonic()
         self._spawn(self._pump, self._proc.stdout, self.stdout)
         self._spawn(self._pump, self._proc.stderr, self.stderr)
         self._spawn(self._read_messages, read_fd)
@@ -198,13 +196,6 @@ class SandboxProcess:
         for thread in self._threads:
             thread.join(timeout=2.0)
 
-    def __enter__(self) -> SandboxProcess:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close(grace_s=2.0 if exc_info[0] is None else 0.0)
-
     # -- messages ------------------------------------------------------------------------
     def send(self, message: dict) -> None:
         assert self._proc is not None and self._proc.stdin is not None
@@ -227,10 +218,6 @@ class SandboxProcess:
                 code = self._proc.returncode
             raise SandboxExited(code, self.stderr.text()[-4000:])
         return message
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
 
     @property
     def pid(self) -> int | None:

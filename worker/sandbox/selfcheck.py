@@ -45,7 +45,7 @@ def check_sandbox(*, gpu_nodes: list[str], isolate_network: bool, env: dict[str,
                   timeout_s: float = 120.0) -> SelfCheck:
     spec = SandboxSpec(env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", **(env or {})},
                        gpu_device_nodes=gpu_nodes, isolate_network=isolate_network,
-                       limits=ResourceLimits(wall_s=timeout_s))
+                       limits=ResourceLimits())
     start = time.monotonic()
     process = SandboxProcess(spec, [sys.executable, "-I", "-c", PROBE], name="selfcheck")
     try:
@@ -57,14 +57,12 @@ def check_sandbox(*, gpu_nodes: list[str], isolate_network: bool, env: dict[str,
                          f"sandbox self-check failed: {detail}; stderr: {process.stderr.text()[-2000:]}")
     finally:
         process.close(grace_s=1.0)
-    wants_gpu = bool(gpu_nodes)
-    ok = (not wants_gpu or report.get("cuda_available") is True) and report.get("network") != "reachable"
     problems = []
-    if wants_gpu and not report.get("cuda_available"):
+    if gpu_nodes and not report.get("cuda_available"):
         problems.append(f"CUDA is not usable inside the sandbox ({report.get('cuda_error', 'not available')})")
     if report.get("network") == "reachable":
         problems.append("the network is reachable from inside the sandbox")
-    return SelfCheck(ok, report, time.monotonic() - start, "; ".join(problems) or "ok")
+    return SelfCheck(not problems, report, time.monotonic() - start, "; ".join(problems) or "ok")
 
 
 def require_working_sandbox(*, use_gpu: bool, gpu_index: int | None, isolate_network: bool) -> SelfCheck:

@@ -15,7 +15,8 @@ class Mount:
 
 @dataclass(frozen=True)
 class ResourceLimits:
-    wall_s: float = 120.0
+    """Kernel-enforced limits. The wall-clock limit is the caller's: `SandboxProcess.receive(timeout_s)`."""
+
     cpu_s: int = 600
     file_size_bytes: int = 8 * 1024**3
     open_files: int = 1024

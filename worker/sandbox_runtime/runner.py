@@ -20,7 +20,15 @@ from . import timer  # binds clocks and sync before any user code is imported
 from .census import OpCensus
 from .channel import Channel
 from .integrity import IntegrityWatch
-from .loader import UserCodeError, classify, clone_args, load_module, to_device, to_storable
+from .loader import (
+    MAX_TRACEBACK_CHARS,
+    UserCodeError,
+    classify,
+    clone_args,
+    load_module,
+    to_device,
+    to_storable,
+)
 from .shape_variant import input_bytes, input_shapes, wider_batch_plans
 
 REQUIRED_NAMES = {"reference": ("Model", "get_inputs", "get_init_inputs"), "candidate": ("ModelNew",)}
@@ -64,6 +72,8 @@ class Runner:
         self.module = None
         self.model = None
         self.pool: list[list] = []
+        # Outputs of the last timing run, per pool slot; written out by `save_timed`.
+        self.last_timed: dict[int, object] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> bool:
@@ -161,8 +171,9 @@ class Runner:
         plans = wider_batch_plans(first, second)
         if not plans:
             return [], [], {"skipped": "get_inputs() returns no tensor whose first dimension can be doubled"}
-        if input_bytes(plans[0].args) > max_bytes:
-            return [], [], {"skipped": f"the doubled inputs would take {input_bytes(plans[0].args)} bytes, "
+        size = input_bytes(plans[0].args)
+        if size > max_bytes:
+            return [], [], {"skipped": f"the doubled inputs would take {size} bytes, "
                                        f"over the {max_bytes}-byte limit for this check"}
         refused = []
         for plan in plans:
@@ -197,7 +208,7 @@ class Runner:
         self.channel.send("done", op="run", tampered=self.integrity.changed())
 
     def op_census(self, command: dict) -> None:
-        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.pool[0]]
+        args = clone_args(self.pool[0])
         clock = timer.DeviceClock(self.device)
         try:
             with torch.no_grad(), OpCensus(clock) as census:
@@ -237,7 +248,7 @@ class Runner:
 
 
     def op_save_timed(self, command: dict) -> None:
-        stored = {slot: to_storable(out) for slot, out in getattr(self, "last_timed", {}).items()}
+        stored = {slot: to_storable(out) for slot, out in self.last_timed.items()}
         torch.save({"pool": stored}, f"{self.out_dir}/timed_outputs_{command['tag']}.pt")
         self.channel.send("done", op="save_timed", tampered=self.integrity.changed())
 
@@ -251,6 +262,6 @@ def main() -> int:
         runner.channel.send("error", kind=exc.kind, message=exc.message, detail=exc.detail)
     except BaseException as exc:  # noqa: BLE001 - report, then exit non-zero
         runner.channel.send("error", kind="runtime_error", message=f"{type(exc).__name__}: {exc}",
-                            detail=traceback.format_exc()[-6000:])
+                            detail=traceback.format_exc()[-MAX_TRACEBACK_CHARS:])
         return 1
     return 0

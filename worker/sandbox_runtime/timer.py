@@ -62,13 +62,25 @@ class DeviceClock:
         return _EventBase.elapsed_time(start, end) if self.cuda else (end - start) * 1e3
 
 
-def _rse(samples: list[float]) -> float:
-    n = len(samples)
-    if n < 2:
-        return math.inf
-    mean = sum(samples) / n
-    var = sum((s - mean) ** 2 for s in samples) / (n - 1)
-    return math.sqrt(var / n) / mean if mean > 0 else math.inf
+class _RunningRse:
+    """Relative standard error of the mean, updated per sample (Welford), so the stopping check
+    costs the same at sample 10 as at sample 100,000."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+
+    def add(self, value: float) -> None:
+        self.n += 1
+        delta = value - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (value - self.mean)
+
+    def value(self) -> float:
+        if self.n < 2 or self.mean <= 0:
+            return math.inf
+        return math.sqrt(self.m2 / (self.n - 1) / self.n) / self.mean
 
 
 class _GpuIteration:
@@ -123,6 +135,7 @@ def time_model(
     """Time `model` over the input pool; adaptive unless `fixed_runs` is given."""
     iteration = _GpuIteration(device) if device.type == "cuda" else _CpuIteration()
     result = TimingSamples()
+    rse = _RunningRse()
     with torch.no_grad():
         for i in range(WARMUP_RUNS):
             args = pool[i % len(pool)]
@@ -136,6 +149,7 @@ def time_model(
             args = pool[slot]
             device_ms, host_ms, out = iteration.run(lambda a=args: model(*a))
             result.device_ms.append(device_ms)
+            rse.add(device_ms)
             result.host_ms.append(host_ms)
             # A copy, taken after the timed region: an output buffer reused across calls
             # must still hold this slot's answer when it is checked.
@@ -143,7 +157,7 @@ def time_model(
             i += 1
             if fixed_runs is not None:
                 continue
-            if i >= min_runs and i % 5 == 0 and _rse(result.device_ms) < target_rse:
+            if i >= min_runs and i % 5 == 0 and rse.value() < target_rse:
                 result.stopped_by = "target_rse"
                 break
             if _monotonic() > deadline and i >= min(min_runs, 3):
