@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
 from worker.store import Job, JobStore
-from worker.store.callbacks import deliver, job_callback
+from worker.store.callbacks import CallbackSender
 
 from .executors import LocalWorkerPool, plan_identities
 from .metrics import ServiceMetrics
@@ -17,21 +16,6 @@ log = logging.getLogger(__name__)
 
 class DispatchError(Exception):
     """The job could not be handed to a worker (e.g. the broker is down)."""
-
-
-class CallbackSender:
-    """Delivers callbacks off the worker threads (a slow receiver must not hold a GPU)."""
-
-    def __init__(self):
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="callback")
-
-    def job_finished(self, job: Job) -> None:
-        callback = job_callback(job)
-        if callback is not None:
-            self._pool.submit(deliver, *callback)
-
-    def stop(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class EmbeddedDispatcher:

@@ -13,9 +13,10 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
 from worker.store import JobStore
+from worker.store.callbacks import CallbackSender
 
 from . import routes_evaluations, routes_reward, routes_system
-from .dispatch import CallbackSender, CeleryDispatcher, EmbeddedDispatcher
+from .dispatch import CeleryDispatcher, EmbeddedDispatcher
 from .limits import BodySizeLimit, RateLimiter
 from .metrics import RequestMetrics, ServiceMetrics
 from .service import Submitter

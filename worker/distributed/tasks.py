@@ -13,7 +13,7 @@ import socket
 from celery.exceptions import SoftTimeLimitExceeded
 
 from worker.store import JobStore
-from worker.store.callbacks import deliver_job
+from worker.store.callbacks import CallbackSender
 from worker.store.runner import WorkerIdentity, run_claimed_job
 
 from .celery_app import TASK_NAME, celery_app
@@ -21,6 +21,7 @@ from .celery_app import TASK_NAME, celery_app
 log = logging.getLogger(__name__)
 
 _store: JobStore | None = None
+_callbacks: CallbackSender | None = None
 
 
 def _job_store() -> JobStore:
@@ -29,6 +30,14 @@ def _job_store() -> JobStore:
     if _store is None:
         _store = JobStore()
     return _store
+
+
+def _callback_sender() -> CallbackSender:
+    # Threads are started in the pool process that runs jobs, after the fork.
+    global _callbacks
+    if _callbacks is None:
+        _callbacks = CallbackSender()
+    return _callbacks
 
 
 def worker_identity() -> WorkerIdentity:
@@ -54,5 +63,5 @@ def evaluate_job(job_id: str) -> str:
                    attempt=job.attempts)
         final = store.get(job_id)
     if final is not None:
-        deliver_job(final)
+        _callback_sender().job_finished(final)
     return final.status if final else "missing"

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -67,7 +68,17 @@ def job_callback(job: Job) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def deliver_job(job: Job) -> bool:
-    """Deliver a finished job's callback now (blocking); False when it has none or delivery failed."""
-    callback = job_callback(job)
-    return deliver(*callback) if callback else False
+class CallbackSender:
+    """Delivers callbacks on a few background threads: a slow or dead receiver (up to about
+    20 s of retries) must not hold the worker, and with it a GPU. Best effort: the job itself
+    is already stored and can be polled; a delivery still in flight when the process exits is lost."""
+
+    def __init__(self, threads: int = 4) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="callback")
+
+    def job_finished(self, job: Job) -> Future[bool] | None:
+        callback = job_callback(job)
+        return self._pool.submit(deliver, *callback) if callback is not None else None
+
+    def stop(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
