@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 CORPUS_DIR = Path(__file__).resolve().parent
 MANIFEST = CORPUS_DIR / "manifest.json"
 RUNTIME_STATUSES = {"incorrect", "runtime_error", "timeout", "compile_error", "invalid_input", "rejected", "sandbox_error"}
-_EXPECTED = re.compile(r"^(accepted|flagged|rejected:KJ\d{3}|" + "|".join(sorted(RUNTIME_STATUSES)) + r")$")
+# A rejection names its rule by short id: a static rule (KJ104) or a runtime rule (KJ-R10).
+_EXPECTED = re.compile(r"^(accepted|flagged|rejected:(KJ\d{3}|KJ-R\d{2})|" + "|".join(sorted(RUNTIME_STATUSES)) + r")$")
 
 
 class RedteamCase(BaseModel):
@@ -29,6 +30,9 @@ class RedteamCase(BaseModel):
     needs_gpu: bool
     description: str
     disabled_rules: list[str] = Field(default_factory=list, description="Static rules off for this case's job.")
+    profile: Literal["partial", "full"] = Field(
+        default="partial", description="The job's policy profile: the case is an attack (or honest) under it."
+    )
 
     @field_validator("expected")
     @classmethod

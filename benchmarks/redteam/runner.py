@@ -32,7 +32,7 @@ class CaseOutcome:
 
 
 def short(rule_id: str) -> str:
-    """`KJ101` for static rules, `KJ-R02` for the engine's runtime rules."""
+    """`KJ104` for static rules, `KJ-R02` for the engine's runtime rules."""
     match = re.match(r"KJ-R\d+|KJ\d+", rule_id)
     return match.group(0) if match else rule_id
 
@@ -70,10 +70,14 @@ def classify(case: RedteamCase, got: str, static_only: bool) -> str:
     return MISSED
 
 
+def case_policy(case: RedteamCase, disabled: Iterable[str]) -> PolicyConfig:
+    """The job's policy for a case: its profile, and its own disabled rules plus the run's."""
+    return PolicyConfig(profile=case.profile, disabled_rules=[*case.disabled_rules, *disabled])
+
+
 def run_static(case: RedteamCase, disabled: Iterable[str]) -> CaseOutcome:
     started = time.perf_counter()
-    config = PolicyConfig(disabled_rules=[*case.disabled_rules, *disabled])
-    hits = check_candidate(case.candidate_source, None, config)
+    hits = check_candidate(case.candidate_source, None, case_policy(case, disabled))
     got = static_got(hits)
     outcome = CaseOutcome(case, got, [short(h.rule) for h in hits], seconds=time.perf_counter() - started)
     outcome.outcome = classify(case, got, static_only=True)
@@ -93,7 +97,7 @@ def run_engine(
         return CaseOutcome(case, "-", outcome=NOT_RUN, note="needs a GPU")
     options = EvalOptions(
         device=device,
-        policy=PolicyConfig(disabled_rules=[*case.disabled_rules, *disabled]),
+        policy=case_policy(case, disabled),
         limits=StageLimits(run_s=run_limit_s, timing_s=max(run_limit_s, 60.0)),
     )
     request = EvalRequest(reference=case.reference_source, candidate=case.candidate_source, options=options)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from benchmarks.redteam.corpus import load_corpus
 from benchmarks.redteam.runner import CAUGHT, FALSE_POSITIVE, PENDING, run_static
-from worker.policy import RULES_BY_ID
+from worker.policy import RULES
+from worker.policy.registry import short_id
 
 CASES = load_corpus()
+RUNTIME_RULE = re.compile(r"^KJ-R\d{2}$")
 
 
 def test_corpus_covers_every_threat_class_both_layers_and_honest_kernels():
@@ -22,13 +26,22 @@ def test_corpus_covers_every_threat_class_both_layers_and_honest_kernels():
     assert any("multistream" in c.id for c in honest)
 
 
-def test_expected_rules_exist():
-    numbers = {rule_id.split("-", 1)[0] for rule_id in RULES_BY_ID}
+def test_expected_rules_exist_in_the_layer_that_catches_the_case():
+    static_numbers = {rule.number for rule in RULES}
     for case in CASES:
-        if case.expected_rule:
-            assert case.expected_rule in numbers, case.id
+        if case.expected_rule and case.layer == "static":
+            assert case.expected_rule in static_numbers, case.id
+        elif case.expected_rule:
+            assert RUNTIME_RULE.match(case.expected_rule), case.id
         for disabled in case.disabled_rules:
-            assert disabled.split("-", 1)[0] in numbers, case.id
+            assert short_id(disabled) in static_numbers, case.id
+
+
+def test_library_compute_is_an_attack_only_under_the_full_profile():
+    """Under `partial`, PyTorch and library kernels may do part of the work; KJ-R11 rejects only under `full`."""
+    library_compute = [c for c in CASES if c.expected_rule == "KJ-R11"]
+    assert library_compute
+    assert all(c.profile == "full" for c in library_compute), [c.id for c in library_compute]
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.layer == "static"], ids=lambda c: c.id)

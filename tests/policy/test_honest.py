@@ -52,18 +52,18 @@ def test_honest_cuda_kernel_with_python_reshapes_is_clean():
     assert check(source) == []
 
 
-def test_extension_functions_named_like_torch_ops_are_kernel_launches():
+def test_extension_functions_named_like_torch_ops_are_clean():
     source = cuda_candidate().replace('functions=["add"]', 'functions=["add", "matmul"]').replace(
         "return ext.add(a.contiguous(), b.contiguous())", "return ext.matmul(a, b)"
     )
     assert check(source) == []
 
 
-def test_custom_op_registered_by_the_extension_counts_as_a_launch():
+def test_custom_op_registered_by_the_extension_is_clean():
     source = cuda_candidate().replace(
         "return ext.add(a.contiguous(), b.contiguous())", "return torch.ops.kjlib.add(a, b)"
     )
-    assert "KJ105" not in fired(source) and "KJ101" not in fired(source)
+    assert check(source) == []
 
 
 def test_custom_autograd_function_is_followed_into_its_forward():
@@ -78,10 +78,11 @@ def test_custom_autograd_function_is_followed_into_its_forward():
 ''',
     )
     assert check(source) == []
-    assert "KJ101" in fired(source.replace("out = torch.empty_like(a)\n", "out = a * 2\n", 1))
+    # The autograd forward is in the forward path: what it does is checked like forward itself.
+    assert "KJ312" in fired(source.replace("out = torch.empty_like(a)\n", "out = torch.empty_like(a)\n        seen = id(a)\n", 1))
 
 
-def test_triton_heuristics_and_device_functions_count_as_launched():
+def test_triton_heuristics_and_device_functions_are_clean():
     source = triton_candidate(
         "scale_kernel[(1,)](out, n)",
         module='''@triton.jit
@@ -162,7 +163,7 @@ def test_cuda_wins_when_both_backends_appear():
 
 def test_explicit_pytorch_backend_switches_the_custom_kernel_rules_off():
     source = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
-    assert {"KJ101", "KJ107"} <= fired(source)
+    assert fired(source) == {"KJ107"}
     assert fired(source, backend=Backend.pytorch) == set()
 
 

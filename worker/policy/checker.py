@@ -11,7 +11,6 @@ from worker.models import Backend, PolicyConfig, RuleHit
 from . import rules_caching, rules_compute, rules_cuda, rules_escape, rules_timing
 from .context import PolicyContext
 from .cuda_sources import find_cuda_sources
-from .kinds import KindGuesser
 from .pyfacts import CandidateFacts, build_facts, dotted_qualname
 from .registry import Finding, is_disabled, rule
 
@@ -23,7 +22,7 @@ DETECTORS: tuple[Detector, ...] = (
     *rules_caching.DETECTORS, *rules_cuda.DETECTORS,
 )
 # With an explicit `pytorch` backend the job evaluates PyTorch-level rewrites: these do not apply.
-CUSTOM_KERNEL_RULES = ("KJ101", "KJ102", "KJ105", "KJ106", "KJ107")
+CUSTOM_KERNEL_RULES = ("KJ107",)
 
 
 def detect_backend(source: str) -> Backend:
@@ -57,7 +56,6 @@ def check_candidate(source: str, backend: Backend | None, config: PolicyConfig) 
     facts = build_facts(source, tree)
     ctx = PolicyContext(
         facts=facts,
-        kinds=KindGuesser(facts),
         cuda_sources=find_cuda_sources(facts),
         backend=backend or _backend_of(facts),
         explicit_backend=backend is not None,

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from worker.models import Backend
 
 from .cuda_sources import CudaSource
-from .kinds import KindGuesser
 from .pyfacts import CandidateFacts, dotted_qualname
 from .registry import Finding
 
@@ -23,7 +22,6 @@ BUILTIN_NAMES = frozenset({
 @dataclass
 class PolicyContext:
     facts: CandidateFacts
-    kinds: KindGuesser
     cuda_sources: list[CudaSource]
     backend: Backend
     explicit_backend: bool

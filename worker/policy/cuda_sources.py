@@ -15,7 +15,6 @@ from .pyfacts import CandidateFacts
 
 # load_inline(name, cpp_sources, cuda_sources=None, ...): positional slots of the sources.
 SOURCE_KEYWORDS = {"cpp_sources": 1, "cuda_sources": 2}
-FLAG_KEYWORDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths")
 CPP_MARKERS = ("__global__", "__device__", "#include", "PYBIND11_MODULE", "TORCH_LIBRARY", "<<<", "torch::", "at::")
 
 
@@ -41,17 +40,6 @@ def find_cuda_sources(facts: CandidateFacts) -> list[CudaSource]:
             if any(marker in node.value for marker in CPP_MARKERS):
                 sources.append(CudaSource(node.value, node.lineno, "string-constant"))
     return sources
-
-
-def build_flags(facts: CandidateFacts) -> list[tuple[str, int]]:
-    """Compiler/linker flags passed to load_inline, with their lines."""
-    flags: list[tuple[str, int]] = []
-    for call in facts.load_inline_calls:
-        for keyword in FLAG_KEYWORDS:
-            value = _argument(call, keyword, None)
-            if value is not None:
-                flags.extend((text, line) for text, line, _ in _strings(facts, value, depth=0))
-    return flags
 
 
 def _argument(call: ast.Call, keyword: str, position: int | None) -> ast.expr | None:

@@ -4,7 +4,7 @@ Name resolution: `qualname(node)` turns `F.relu`, `getattr(torch, "mm")` or an i
 into a dotted name (`torch.nn.functional.relu`, `torch.mm`) using the candidate's imports and
 module-level aliases. Reachability: the functions that run when the model is called (forward,
 the helpers and methods it calls, hooks), excluding Triton kernels. Kernels: Triton functions
-(@triton.jit/autotune/heuristics) and load_inline extensions with the functions they export.
+(@triton.jit/autotune/heuristics) and load_inline extensions with the names bound to them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"}
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 ENTRY_METHODS = ("forward", "__call__", "_call_impl")
-# torch.nn constructors that hold tensors rather than run a layer.
-NN_CONTAINERS_OF_TENSORS = {"Parameter", "ParameterList", "ParameterDict", "Buffer", "Module"}
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 
@@ -44,9 +42,6 @@ class CandidateFacts:
     load_inline_calls: list[ast.Call] = field(default_factory=list)
     extension_names: set[str] = field(default_factory=set)  # module names bound to load_inline(...)
     extension_attrs: set[str] = field(default_factory=set)  # self.<attr> bound to an extension
-    extension_functions: set[str] = field(default_factory=set)
-    layer_attrs: set[str] = field(default_factory=set)  # self.<attr> = nn.Linear(...) etc.
-    tensor_attrs: set[str] = field(default_factory=set)  # self.<attr> holding tensors/parameters
     model_classes: list[ast.ClassDef] = field(default_factory=list)
     reachable: list[FunctionNode] = field(default_factory=list)
     parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
@@ -100,11 +95,6 @@ class CandidateFacts:
             and node.value.id == "self"
             and (attrs is None or node.attr in attrs)
         )
-
-    def is_triton_kernel_ref(self, node: ast.AST) -> bool:
-        if isinstance(node, ast.Name):
-            return node.id in self.triton_kernels
-        return isinstance(node, ast.Attribute) and node.attr in self.triton_kernels
 
     def is_extension_ref(self, node: ast.AST) -> bool:
         if isinstance(node, ast.Name):
@@ -195,11 +185,6 @@ def _collect_kernels(facts: CandidateFacts) -> None:
                         facts.triton_kernels[target.id] = node
         if facts.is_load_inline(node):
             facts.load_inline_calls.append(node)
-            for keyword in node.keywords:
-                if keyword.arg == "functions":
-                    for item in ast.walk(keyword.value):
-                        if isinstance(item, ast.Constant) and isinstance(item.value, str):
-                            facts.extension_functions.add(item.value)
     for node in ast.walk(facts.tree):
         if not isinstance(node, ast.Assign):
             continue
@@ -223,23 +208,6 @@ def _collect_model(facts: CandidateFacts) -> None:
             cls for cls in facts.classes.values()
             if any(isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body)
         ]
-    for cls in facts.model_classes:
-        for node in ast.walk(cls):
-            if isinstance(node, ast.Assign) and any(facts.is_self_attr(t) for t in node.targets):
-                kind = _attr_kind(facts, node.value)
-                for target in node.targets:
-                    if facts.is_self_attr(target) and kind == "layer":
-                        facts.layer_attrs.add(target.attr)
-                    elif facts.is_self_attr(target) and kind == "tensor":
-                        facts.tensor_attrs.add(target.attr)
-            elif (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("register_buffer", "register_parameter")
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-            ):
-                facts.tensor_attrs.add(str(node.args[0].value))
 
 
 def _with_candidate_bases(facts: CandidateFacts, cls: ast.ClassDef) -> list[ast.ClassDef]:
@@ -253,17 +221,6 @@ def _with_candidate_bases(facts: CandidateFacts, cls: ast.ClassDef) -> list[ast.
             if isinstance(base, ast.Name) and base.id in facts.classes:
                 pending.append(facts.classes[base.id])
     return ordered
-
-
-def _attr_kind(facts: CandidateFacts, value: ast.expr) -> str:
-    if isinstance(value, ast.Call):
-        name = facts.qualname(value.func) or ""
-        last = name.rsplit(".", 1)[-1]
-        if dotted_qualname(name, "torch.nn") and last[:1].isupper():
-            return "tensor" if last in NN_CONTAINERS_OF_TENSORS else "layer"
-        if name.startswith("torch.") or isinstance(value.func, ast.Attribute):
-            return "tensor"
-    return "other"
 
 
 def _collect_reachable(facts: CandidateFacts) -> None:

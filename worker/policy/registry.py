@@ -4,6 +4,10 @@ Detectors (in the `rules_*` modules) report `Finding`s naming a rule id; the che
 them into `RuleHit`s using this table, so the id, severity and the "why" text live in one place.
 Threat classes follow issue 4: 1 not a custom kernel, 2 gaming correctness, 3 gaming the timer,
 4 escaping the harness (0: the source itself cannot be checked).
+
+Only what the source shows unambiguously is a static rule. Whether the candidate's own kernels did
+the work (PyTorch ops, nn layers, vendor libraries, decoy kernels) and whether forward mutates its
+inputs are judged at run time, from the kernels that actually ran, under the job's policy profile.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ class Rule:
 
     @property
     def number(self) -> str:
-        """The short id (`KJ101`), accepted wherever a full id is."""
+        """The short id (`KJ301`), accepted wherever a full id is."""
         return short_id(self.id)
 
 
@@ -48,37 +52,21 @@ RULES: tuple[Rule, ...] = (
     _R("KJ000-unparsable-source", "reject", 0,
        "the source is not valid Python, so the policy cannot check it"),
     # 1. Not a custom kernel
-    _R("KJ101-torch-compute-in-forward", "reject", 1,
-       "the work must be done by the candidate's own CUDA/Triton kernels; PyTorch (or ATen) compute ops "
-       "in the forward path do the work for it (allocation, views, reshapes and dtype/device moves are fine)"),
-    _R("KJ102-torch-module-in-forward", "reject", 1,
-       "calling a torch.nn layer runs PyTorch's implementation, not a custom kernel; read its parameters "
-       "(e.g. self.fc.weight) and pass them to your kernel instead"),
     _R("KJ103-pytorch-fallback", "reject", 1,
        "a try/except around the kernel hides its failures and lets a fallback produce the output; "
        "let errors propagate"),
     _R("KJ104-reference-model-used", "reject", 1,
-       "the candidate must not subclass, import, define or instantiate the reference `Model`"),
-    _R("KJ105-decoy-kernel", "reject", 1,
-       "the candidate defines kernels but its forward path never launches any of them"),
-    _R("KJ106-unused-kernel", "flag", 1,
-       "a kernel is defined but never launched from the forward path (dead code or a decoy)"),
+       "importing the reference `Model` (or the harness's reference module) runs the reference's code "
+       "instead of the candidate's"),
     _R("KJ107-no-custom-kernel", "reject", 1,
        "the candidate defines no CUDA (load_inline) or Triton kernel of its own"),
-    _R("KJ108-harness-name-defined", "flag", 1,
-       "get_inputs/get_init_inputs belong to the reference; a candidate defining them may shadow the harness"),
     _R("KJ111-torch-compile", "reject", 1,
        "torch.compile/TorchScript/inductor generate the kernels; the candidate must write its own"),
     _R("KJ112-cuda-graph", "reject", 1,
        "CUDA graphs replay captured work (possibly stale results) outside what is timed per call"),
     _R("KJ113-torch-backend-knob", "reject", 1,
        "global torch numeric/backend settings (TF32, cuDNN benchmark, precision) change how other code runs"),
-    _R("KJ114-vendor-library", "reject", 1,
-       "cuBLAS/cuDNN (or similar vendor libraries) do the work instead of the candidate's kernel; "
-       "a job may allow them by disabling this rule"),
     # 2. Gaming correctness
-    _R("KJ201-input-mutated-in-place", "flag", 2,
-       "forward modifies one of its inputs in place; outputs must not depend on clobbering the inputs"),
     _R("KJ202-tensor-subclass-output", "reject", 2,
        "outputs must be plain torch.Tensors; subclasses or overridden comparisons/__torch_function__ can "
        "fool the correctness check"),
@@ -153,7 +141,7 @@ _BY_NUMBER: dict[str, Rule] = {rule.number: rule for rule in RULES}
 
 
 def rule(rule_id: str) -> Rule:
-    """Look a rule up by full id or short number (`KJ101`)."""
+    """Look a rule up by full id or short number (`KJ301`)."""
     found = RULES_BY_ID.get(rule_id) or _BY_NUMBER.get(short_id(rule_id))
     if found is None:
         raise KeyError(f"unknown policy rule {rule_id!r}")

@@ -1,5 +1,8 @@
 """Rules over the candidate's C++/CUDA sources (tokenized, never regex over raw text).
 
+ATen ops and vendor libraries (cuBLAS, cuDNN) called from C++ are not rules here: their kernels
+are seen at run time and judged under the job's policy profile.
+
 The same behaviour gets the same rule id in Python and in C++ (spawning a process is KJ404
 whether it is subprocess.run or system()), so a job disables a behaviour in one place.
 """
@@ -11,10 +14,10 @@ import re
 from collections.abc import Iterator
 
 from .context import PolicyContext
-from .cuda_sources import CudaSource, build_flags
+from .cuda_sources import CudaSource
 from .cuda_tokens import Token, directive_body_tokens, include_target, tokenize
 from .registry import Finding
-from .vocab import ALLOCATION_CALLS, TENSOR_COMPUTE_METHODS, VERDICT_PATTERN
+from .vocab import VERDICT_PATTERN
 
 # Free functions called as name(...): rule id per name.
 CALL_RULES: dict[str, str] = {
@@ -46,8 +49,6 @@ CALL_RULES: dict[str, str] = {
                      "cudaDeviceSetLimit"), "KJ408-raw-gpu-allocation"),
     **dict.fromkeys(("getenv", "secure_getenv"), "KJ306-env-read"),
     **dict.fromkeys(("setenv", "putenv", "unsetenv"), "KJ307-env-write"),
-    **dict.fromkeys(("getCurrentCUDABlasHandle", "getCurrentCUDABlasLtHandle", "getCurrentCUDASolverDnHandle",
-                     "getCudnnHandle"), "KJ114-vendor-library"),
 }
 # Identifiers that are suspicious wherever they appear (types, constants).
 IDENT_RULES: dict[str, str] = {
@@ -63,9 +64,6 @@ IDENT_RULES: dict[str, str] = {
     **dict.fromkeys(("environ",), "KJ306-env-read"),
 }
 INCLUDE_RULES: tuple[tuple[str, str], ...] = (
-    ("cublas", "KJ114-vendor-library"), ("cudnn", "KJ114-vendor-library"), ("cusparse", "KJ114-vendor-library"),
-    ("cusolver", "KJ114-vendor-library"), ("cufft", "KJ114-vendor-library"), ("cutensor", "KJ114-vendor-library"),
-    ("ATen/cuda/CUDABlas", "KJ114-vendor-library"), ("ATen/cudnn", "KJ114-vendor-library"),
     ("thread", "KJ302-background-thread"), ("future", "KJ302-background-thread"), ("pthread", "KJ302-background-thread"),
     ("sys/socket", "KJ405-network"), ("netinet", "KJ405-network"), ("arpa/inet", "KJ405-network"),
     ("netdb", "KJ405-network"), ("curl", "KJ405-network"), ("dlfcn", "KJ407-native-code-loading"),
@@ -74,19 +72,10 @@ INCLUDE_RULES: tuple[tuple[str, str], ...] = (
     ("unistd", "KJ409-unusual-import"), ("csignal", "KJ403-process-exit"), ("signal.h", "KJ403-process-exit"),
     ("chrono", "KJ308-clock-access"), ("sys/time", "KJ308-clock-access"), ("CUDAGraph", "KJ112-cuda-graph"),
 )
-VENDOR_PREFIXES = ("cublas", "cudnn", "cusparse", "cusolver", "cufft", "cutensor")
 TIMER_REGISTERS = re.compile(r"%(globaltimer|clock|clock64|clock_hi|globaltimer_lo|globaltimer_hi)\b")
-# at::/torch:: free functions that do not compute (allocation, wrapping memory, options).
-ATEN_ALLOWED = ALLOCATION_CALLS | {
-    "from_blob", "device", "dtype", "scalarTypeToTypeMeta", "toString", "elementSize", "ceil_div", "globalContext",
-    "scalar_tensor", "empty_cuda", "zeros_cuda", "requires_grad", "layout", "memory_format",
-}
-ATEN_NAMESPACES = {"at", "torch", "aten"}
-ATEN_NON_COMPUTE_NAMESPACES = {"cuda", "native_cuda", "Tensor", "indexing", "detail"}
 # Namespaces under which CALL_RULES names mean the library function (not a user's own namespace).
 KNOWN_QUALIFIERS = {None, "", "std", "at", "cuda", "c10", "torch", "detail"}
 PRINTERS = {"printf", "fprintf", "puts", "cout", "cerr", "fputs", "std"}
-_LDFLAG_VENDORS = re.compile(r"-l(cublas|cublasLt|cudnn|cusparse|cusolver|cufft)\b")
 
 
 def detect_cuda_rules(ctx: PolicyContext) -> Iterator[Finding]:
@@ -98,10 +87,6 @@ def detect_cuda_rules(ctx: PolicyContext) -> Iterator[Finding]:
             if token.kind == "directive":
                 expanded.extend(directive_body_tokens(token))
         yield from _scan(source, expanded)
-    for flag, line in build_flags(ctx.facts):
-        match = _LDFLAG_VENDORS.search(flag)
-        if match:
-            yield Finding("KJ114-vendor-library", f"links the vendor library {match.group(1)}", line=line, evidence=flag)
 
 
 def _scan(source: CudaSource, tokens: list[Token]) -> Iterator[Finding]:
@@ -142,14 +127,6 @@ def _scan(source: CudaSource, tokens: list[Token]) -> Iterator[Finding]:
             yield finding(IDENT_RULES[token.text], f"uses {token.text}", token)
         if is_call and not is_member and token.text in CALL_RULES and qualifier in KNOWN_QUALIFIERS:
             yield finding(CALL_RULES[token.text], f"calls {token.text}()", token)
-        elif is_call and token.text.startswith(VENDOR_PREFIXES):
-            yield finding("KJ114-vendor-library", f"calls the vendor library function {token.text}()", token)
-        if is_call and is_member and token.text in TENSOR_COMPUTE_METHODS:
-            yield finding("KJ101-torch-compute-in-forward", f"calls the ATen tensor method .{token.text}()", token)
-        elif is_call and qualifier is not None and _is_aten_compute(tokens, index):
-            yield finding("KJ101-torch-compute-in-forward", f"calls the ATen op {qualifier}::{token.text}()", token)
-        if token.text == "blas" and following is not None and following.text == "::":
-            yield finding("KJ114-vendor-library", "calls ATen's cuBLAS wrappers", token)
 
 
 def _qualifier(tokens: list[Token], index: int) -> str | None:
@@ -159,23 +136,6 @@ def _qualifier(tokens: list[Token], index: int) -> str | None:
             return tokens[index - 2].text
         return ""
     return None
-
-
-def _is_aten_compute(tokens: list[Token], index: int) -> bool:
-    """at::matmul(...), torch::softmax(...), at::native::add(...), but not at::empty or at::cuda::x."""
-    chain: list[str] = [tokens[index].text]
-    j = index - 1
-    while j >= 1 and tokens[j].text == "::" and tokens[j - 1].kind == "ident":
-        chain.insert(0, tokens[j - 1].text)
-        j -= 2
-    if len(chain) < 2 or chain[0] not in ATEN_NAMESPACES:
-        return False
-    if any(part in ATEN_NON_COMPUTE_NAMESPACES for part in chain[1:-1]):
-        return False
-    name = chain[-1]
-    if name in ATEN_ALLOWED or name[:1].isupper() or (name.startswith("k") and name[1:2].isupper()):
-        return False
-    return name in TENSOR_COMPUTE_METHODS or "native" in chain or "_ops" in chain or len(chain) == 2
 
 
 def _printed(tokens: list[Token], index: int) -> bool:

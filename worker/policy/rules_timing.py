@@ -164,39 +164,4 @@ def detect_tensor_subclasses(ctx: PolicyContext) -> Iterator[Finding]:
                               evidence=f"class {node.name}: def {overridden[0]}(...)")
 
 
-def detect_input_mutation(ctx: PolicyContext) -> Iterator[Finding]:
-    facts, rule = ctx.facts, "KJ201-input-mutated-in-place"
-    for cls in facts.model_classes:
-        for forward in (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "forward"):
-            params = {a.arg for a in forward.args.args[1:] + forward.args.kwonlyargs}
-            reassigned = {t.id for n in ast.walk(forward) if isinstance(n, ast.Assign) for t in n.targets
-                          if isinstance(t, ast.Name)}
-            inputs = params - reassigned
-            for node in ast.walk(forward):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id in inputs
-                    and node.func.attr.endswith("_")
-                    and not node.func.attr.startswith("_")
-                    and node.func.attr != "requires_grad_"
-                ):
-                    yield ctx.finding(rule, f"modifies the input {node.func.value.id} in place", node)
-                elif isinstance(node, (ast.Assign, ast.AugAssign)):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for target in targets:
-                        base = target.value if isinstance(target, ast.Subscript) else target
-                        if isinstance(base, ast.Name) and base.id in inputs and base is not target or (
-                            isinstance(node, ast.AugAssign) and isinstance(target, ast.Name) and target.id in inputs
-                        ):
-                            yield ctx.finding(rule, f"writes into the input {getattr(base, 'id', '?')}", node)
-                elif isinstance(node, ast.Call):
-                    for keyword in node.keywords:
-                        if keyword.arg == "out" and isinstance(keyword.value, ast.Name) and keyword.value.id in inputs:
-                            yield ctx.finding(rule, f"writes a result into the input {keyword.value.id}", node)
-
-
-DETECTORS = (
-    detect_timing_names, detect_env_writes, detect_monkeypatching, detect_tensor_subclasses, detect_input_mutation,
-)
+DETECTORS = (detect_timing_names, detect_env_writes, detect_monkeypatching, detect_tensor_subclasses)
