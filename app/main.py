@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 from worker.store import JobStore
 from worker.store.callbacks import CallbackSender
 
-from . import routes_evaluations, routes_reward, routes_system
+from . import dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
 from .dispatch import CeleryDispatcher, EmbeddedDispatcher
 from .limits import BodySizeLimit, RateLimiter
 from .metrics import RequestMetrics, ServiceMetrics
@@ -71,6 +71,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_evaluations.router)
     app.include_router(routes_system.router)
     app.include_router(routes_reward.router)
+    app.include_router(dashboard_api.router)
+    dashboard.install(app)
     _install_error_handlers(app)
     # Outermost first: the body limit runs before anything reads the body.
     app.add_middleware(RequestMetrics, metrics=metrics)

@@ -2,7 +2,7 @@
 # Set up kerneljudge on a fresh Debian/Ubuntu machine: system packages, a virtualenv in .venv,
 # a CPU build of torch (unless a GPU build is wanted), and the project with its extras.
 #   scripts/setup.sh            service + worker (default)
-#   scripts/setup.sh dev        + test tools (pytest, ruff, schemathesis, psycopg)
+#   scripts/setup.sh dev        + test tools (pytest, ruff, schemathesis, psycopg, playwright + apt chromium)
 # Idempotent: re-running it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,8 @@ command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 if [ "$extra" = dev ]; then
     command -v redis-server >/dev/null || need_apt+=(redis-server)
     command -v pg_ctlcluster >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
+    # The dashboard's browser test drives this Chromium with Playwright (pip, dev extra).
+    [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -1,0 +1,117 @@
+"""The dashboard in a real headless Chromium (Debian's, driven by Playwright) over real evaluations.
+
+Screenshots go to $KERNELJUDGE_TEST_ARTIFACTS (default: the test's tmp dir) as dashboard.png and job.png.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+from tests.service.helpers import USER_KEY
+
+from .conftest import SPAWNING_CANDIDATE
+
+CHROMIUM = os.environ.get("KERNELJUDGE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+RENDER_TIMEOUT_MS = 30_000
+DASHBOARD_CHARTS = ["queue-chart", "devices-chart", "outcomes-chart", "speedups-chart", "rules-chart", "stages-chart"]
+
+# The data points of the chart drawn on a canvas ([] when there is no chart yet): numbers, or
+# [low, high] for floating bars. Chart.getChart is Chart.js's public lookup.
+CHART_POINTS = """(id) => {
+  const chart = Chart.getChart(document.getElementById(id));
+  return chart ? chart.data.datasets.flatMap((d) => d.data).filter((v) => v !== null) : [];
+}"""
+# Sum of a chart's data points (counts: jobs per verdict, jobs per rule).
+CHART_TOTAL = f"(id) => ({CHART_POINTS})(id).reduce((sum, v) => sum + v, 0)"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: run scripts/setup.sh dev (installs Debian's chromium) "
+                    "or set KERNELJUDGE_CHROMIUM")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def artifacts(tmp_path) -> Path:
+    folder = Path(os.environ.get("KERNELJUDGE_TEST_ARTIFACTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def page(browser) -> Iterator[tuple[Page, list[str]]]:
+    """A fresh tab (own sessionStorage) and the console errors and page errors it reports."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    tab = context.new_page()
+    problems: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            problems.append(f"console: {message.text} ({message.location})")
+
+    tab.on("console", on_console)
+    tab.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    yield tab, problems
+    context.close()
+
+
+def _sign_in(tab: Page, url: str) -> None:
+    tab.goto(url)
+    tab.locator("#api-key").fill(USER_KEY)
+    tab.locator("#login button[type=submit]").click()
+
+
+def test_dashboard_draws_every_chart_from_real_jobs(evaluated, page, artifacts):
+    tab, problems = page
+    _sign_in(tab, f"{evaluated.live.base_url}/")  # `/` redirects to /dashboard
+    assert tab.url.endswith("/dashboard")
+    for chart in DASHBOARD_CHARTS:
+        # A function, not an expression string: the page's CSP forbids eval, which expressions need.
+        tab.wait_for_function(f"(id) => ({CHART_POINTS})(id).length > 0", arg=chart, timeout=RENDER_TIMEOUT_MS)
+    # The charts hold exactly what the API says (two correct jobs, one per verdict otherwise).
+    assert tab.evaluate(CHART_TOTAL, "outcomes-chart") == 5
+    assert tab.evaluate(CHART_TOTAL, "rules-chart") == len({h["rule"] for h in evaluated.jobs["spawning"]["result"]["rules"]})
+    assert tab.evaluate("() => Chart.getChart(document.getElementById('speedups-chart')).data.labels") == ["add_one"]
+    assert tab.locator("#jobs-table tbody tr").count() == len(evaluated.jobs)
+    assert tab.locator("#kpi-workers").inner_text() == "1 (embedded)"
+    assert "your API key" in tab.locator("#scope").inner_text()
+    tab.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
+    assert problems == []
+
+
+def test_rule_example_opens_the_job_with_its_evidence_and_source(evaluated, page, artifacts):
+    tab, problems = page
+    spawning = evaluated.jobs["spawning"]
+    _sign_in(tab, f"{evaluated.live.base_url}/dashboard")
+    example = tab.locator("#rules-table a").first
+    example.wait_for(timeout=RENDER_TIMEOUT_MS)
+    example.click()
+    tab.wait_for_url(f"**/dashboard/jobs/{spawning['id']}")
+    # Same tab: the key kept in sessionStorage signs the job page in without asking again.
+    tab.locator("#candidate .line").first.wait_for(timeout=RENDER_TIMEOUT_MS)
+    assert tab.locator("#job-id").inner_text() == spawning["id"]
+    assert tab.locator("#job-outcome").inner_text() == "rejected"
+    hits = spawning["result"]["rules"]
+    assert tab.locator("#rules-table tbody tr").count() == len(hits)
+    assert tab.locator("#rules-table tbody").inner_text().count("import subprocess") >= 1
+    lines = tab.locator("#candidate .line")
+    assert lines.count() == len(SPAWNING_CANDIDATE.split("\n"))
+    marked = {int(tab.locator("#candidate .line.marked .line-number").nth(i).inner_text())
+              for i in range(tab.locator("#candidate .line.marked").count())}
+    assert marked == {h["line"] for h in hits}
+    tab.wait_for_function("() => Chart.getChart(document.getElementById('stages-chart'))?.data.labels.length > 0",
+                          timeout=RENDER_TIMEOUT_MS)
+    tab.screenshot(path=str(artifacts / "job.png"), full_page=True)
+    assert problems == []
