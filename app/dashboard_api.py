@@ -37,6 +37,8 @@ router = APIRouter(prefix="/v1/dashboard", tags=["dashboard"],
                    responses={401: {"description": "Missing or invalid API key"},
                               429: {"description": "Rate limit (see Retry-After)"}})
 
+# Celery workers are known to the API only through the jobs they take: list those seen this recently.
+RECENT_WORKER_S = 600.0
 HoursParam = Query(default=24.0, ge=0.1, le=720, allow_inf_nan=False, description="Window: the last N hours.")
 
 
@@ -104,7 +106,7 @@ async def live(request: Request, principal: Principal = Depends(authenticate)) -
     state = request.app.state
     dispatcher = state.dispatcher
     snapshot, alive = await asyncio.gather(
-        asyncio.to_thread(_stats(request).queue, _owner(principal)),
+        asyncio.to_thread(_stats(request).queue, _owner(principal), recent_s=RECENT_WORKER_S),
         asyncio.to_thread(dispatcher.workers_alive),
     )
     configured = ([(identity.name, identity.gpu) for identity in dispatcher.identities]

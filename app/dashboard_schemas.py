@@ -44,7 +44,8 @@ class LiveView(BaseModel):
     queued_yours: int = Field(description="Of those, jobs in this dashboard's scope.")
     in_flight: int
     devices: list[DeviceLoad]
-    workers: list[WorkerView]
+    workers: list[WorkerView] = Field(description="This process's embedded workers, and every worker that has a "
+                                                  "job in flight or took one in the last 10 minutes (Celery).")
 
 
 class OutcomeCounts(BaseModel):

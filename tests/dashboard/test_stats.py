@@ -183,7 +183,7 @@ def test_queue_snapshot_counts_queued_jobs_and_lists_busy_workers(store):
     jobs.queued(problem)
     running = jobs.started(problem, worker=worker, gpu="3")
 
-    snapshot = JobStats(store).queue(jobs.owner)
+    snapshot = JobStats(store).queue(jobs.owner, recent_s=600)
     assert snapshot.queued_owned == 2 and snapshot.queued >= 2
     busy = [job for job in snapshot.in_flight if job.job_id == running]
     assert len(busy) == 1 and (busy[0].worker, busy[0].gpu, busy[0].status) == (worker, "3", "building")

@@ -2,8 +2,8 @@
 
 Every query is scoped to one API key (`owner`) or to all keys (`owner=None`, admins), and bounded:
 the callers pass a time window and a row limit. Results are stored as JSON text (schema.py), so
-fields inside them are read with the database's own JSON functions; `_JsonSql` hides how the two
-dialects spell those.
+fields inside them are read with the database's own JSON functions; `_Dialect` hides how the two
+databases spell those.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ class JobSummary:
     rules_fired: int
 
 
-class _JsonSql:
-    """JSON fields of the `result` text column, in the dialect's own functions."""
+class _Dialect:
+    """What SQLite and PostgreSQL spell differently: JSON fields of the `result` text, and flooring."""
 
     def __init__(self, dialect: str):
         self.postgres = dialect == "postgresql"
@@ -166,15 +166,14 @@ class JobStats:
 
     def __init__(self, store: JobStore):
         self.engine = store.engine
-        self.json = _JsonSql(self.engine.dialect.name)
+        self.sql = _Dialect(self.engine.dialect.name)
 
-    def queue(self, owner: str | None, *, recent_s: float = 600.0, limit: int = 500) -> QueueSnapshot:
+    def queue(self, owner: str | None, *, recent_s: float, limit: int = 500) -> QueueSnapshot:
+        """Queued counts, jobs in flight, and the workers that took a job in the last `recent_s` seconds."""
         queued = JobRow.status == JobStatus.queued.value
-        owned_queued = and_(queued, *_owned(owner)) if owner is not None else queued
         with self.engine.connect() as conn:
             total, owned = conn.execute(
-                select(func.count().filter(queued), func.count().filter(owned_queued))
-                .where(JobRow.status == JobStatus.queued.value)
+                select(func.count(), func.count().filter(and_(queued, *_owned(owner)))).where(queued)
             ).one()
             in_flight = conn.execute(
                 select(JobRow.id, JobRow.api_key_id, JobRow.worker, JobRow.gpu, JobRow.status, JobRow.building_at)
@@ -195,7 +194,7 @@ class JobStats:
     def outcomes(self, owner: str | None, since: float, until: float, buckets: int) -> list[OutcomeCount]:
         """Finished jobs per time bucket (by finish time) and outcome."""
         width = (until - since) / buckets
-        bucket = self.json.bucket(JobRow.finished_at - since, width).label("bucket")
+        bucket = self.sql.bucket(JobRow.finished_at - since, width).label("bucket")
         outcome = _outcome().label("outcome")
         query = (
             select(bucket, outcome, func.count())
@@ -209,7 +208,7 @@ class JobStats:
 
     def speedups(self, owner: str | None, since: float, max_problems: int) -> list[SpeedupQuantiles]:
         """Quantiles of the speedup of correct jobs, for the problems with the most of them."""
-        speedup = self.json.number(JobRow.result, "speedup")
+        speedup = self.sql.number(JobRow.result, "speedup")
         samples = (
             select(JobRow.problem_id.label("problem_id"), speedup.label("speedup"),
                    func.cume_dist().over(partition_by=JobRow.problem_id, order_by=speedup).label("rank"))
@@ -238,13 +237,12 @@ class JobStats:
 
     def rules(self, owner: str | None, since: float, limit: int) -> list[RuleExample]:
         """The rules that fired on the most jobs, each with its latest hit as an example."""
-        items = self.json.array_items(JobRow.result, "rules")
-        text = self.json.item_text
+        items = self.sql.array_items(JobRow.result, "rules")
+        texts = [self.sql.item_text(items.c.value, field).label(field)
+                 for field in ("rule", "severity", "message", "evidence")]
         hits = (
-            select(JobRow.id.label("job_id"), JobRow.finished_at.label("finished_at"),
-                   text(items.c.value, "rule").label("rule"), text(items.c.value, "severity").label("severity"),
-                   text(items.c.value, "message").label("message"), self.json.item_int(items.c.value, "line").label("line"),
-                   text(items.c.value, "evidence").label("evidence"))
+            select(JobRow.id.label("job_id"), JobRow.finished_at.label("finished_at"), *texts,
+                   self.sql.item_int(items.c.value, "line").label("line"))
             .select_from(JobRow).join(items, true())
             .where(JobRow.status == JobStatus.done.value, JobRow.finished_at >= since, *_owned(owner))
             .cte("hits")
@@ -270,7 +268,7 @@ class JobStats:
 
     def stages(self, owner: str | None, since: float, limit: int = 20) -> list[StageDurations]:
         """Seconds spent per engine stage, slowest (by p95) first."""
-        items = self.json.object_numbers(JobRow.result, "stages")
+        items = self.sql.object_numbers(JobRow.result, "stages")
         seconds = cast(items.c.value, Float)
         samples = (
             select(JobRow.id.label("job_id"), items.c.key.label("stage"), seconds.label("seconds"),
@@ -297,11 +295,11 @@ class JobStats:
 
     def recent_jobs(self, owner: str | None, limit: int, outcome: str | None = None) -> list[JobSummary]:
         """The latest jobs (newest first), optionally of one outcome."""
-        rules = case((JobRow.result.is_not(None), self.json.array_length(JobRow.result, "rules")), else_=literal(0))
+        rules = case((JobRow.result.is_not(None), self.sql.array_length(JobRow.result, "rules")), else_=literal(0))
         query = (
             select(JobRow.id, JobRow.status, case((JobRow.status.in_(TERMINAL_STATUSES), _outcome())),
                    JobRow.created_at, JobRow.finished_at, JobRow.problem_id, ProblemRow.name,
-                   self.json.number(JobRow.result, "speedup"), self.json.number(JobRow.result, "reward"), rules)
+                   self.sql.number(JobRow.result, "speedup"), self.sql.number(JobRow.result, "reward"), rules)
             .outerjoin(ProblemRow, ProblemRow.id == JobRow.problem_id)
             .where(*_owned(owner))
             .order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
