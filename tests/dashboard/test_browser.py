@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
-from tests.service.helpers import USER_KEY
+from tests.service.helpers import USER_KEY, make_settings, start_server
 
 from .conftest import SPAWNING_CANDIDATE
 
@@ -87,6 +87,7 @@ def test_dashboard_draws_every_chart_from_real_jobs(evaluated, page, artifacts):
     assert tab.locator("#jobs-table tbody tr").count() == len(evaluated.jobs)
     assert tab.locator("#kpi-workers").inner_text() == "1 (embedded)"
     assert "your API key" in tab.locator("#scope").inner_text()
+    assert tab.locator("#error").is_hidden()
     tab.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
     assert problems == []
 
@@ -115,3 +116,23 @@ def test_rule_example_opens_the_job_with_its_evidence_and_source(evaluated, page
                           timeout=RENDER_TIMEOUT_MS)
     tab.screenshot(path=str(artifacts / "job.png"), full_page=True)
     assert problems == []
+
+
+def test_open_mode_shows_an_empty_dashboard_without_asking_for_a_key(page, tmp_path):
+    tab, problems = page
+    live = start_server(make_settings(tmp_path / "data", api_keys={}, open_mode=True, local_workers=0))
+    try:
+        tab.goto(f"{live.base_url}/dashboard")
+        tab.wait_for_function(f"() => ({CHART_POINTS})('queue-chart').length > 0", timeout=RENDER_TIMEOUT_MS)
+        # The window's 48 time buckets label the outcomes chart once the aggregates are drawn.
+        tab.wait_for_function("() => Chart.getChart(document.getElementById('outcomes-chart')).data.labels.length === 48",
+                              timeout=RENDER_TIMEOUT_MS)
+        assert tab.locator("#error").is_hidden()
+        assert tab.locator("#login").is_hidden()
+        assert "all API keys" in tab.locator("#scope").inner_text()
+        assert tab.locator("#kpi-workers").inner_text() == "0 (embedded)"
+        assert tab.evaluate(CHART_TOTAL, "outcomes-chart") == 0
+        assert tab.locator("#jobs-table tbody tr").count() == 0
+        assert problems == []
+    finally:
+        live.stop()
