@@ -10,10 +10,14 @@ from __future__ import annotations
 import time
 
 from . import correctness, engine, timing_stats
+from .attribution import Attribution, attribute
 from .correctness import OutputFileError, Outputs
-from .coverage import coverage_report
+from .discrimination import discriminate
+from .input_checks import check_inputs
+from .kernel_names import own_kernel_names
 from .launch import RunnerSession, UserFailure
 from .models import (
+    Backend,
     CorrectnessReport,
     Device,
     EnvironmentInfo,
@@ -23,6 +27,7 @@ from .models import (
     TimingReport,
 )
 from .policy.registry import is_disabled
+from .precision import precision_check
 from .settings import EngineSettings
 from .verification import SHAPE_RULE, Observations, runtime_rules
 
@@ -50,13 +55,15 @@ class DeviceStage:
         self.shape_check = not is_disabled(SHAPE_RULE, self.options.policy.disabled_rules)
         if not self.shape_check:
             self.seeds["shape_seeds"] = []
+        self.profile = self.options.policy.profile or "partial"
         # Learned along the way, used by the runtime rules.
-        self._degenerate = False
-        self._aten_ops: dict[str, int] | None = None
-        self._aten_op_ms: dict[str, float] = {}
+        self._attribution: Attribution | None = None
         self._shape_failure: str | None = None
         self._shape_info: dict = {}
         self._ref_shape: list[Outputs] = []
+        self._truths: list[Outputs] = []
+        self._perturbed: list[int] = []
+        self._trial_inputs: list[list] = []
 
     def run(self) -> EvalResult:
         opts = self.options
@@ -85,14 +92,21 @@ class DeviceStage:
             try:
                 reference.wait_ready(deadline)
                 generated = reference.request("generate", deadline, shape_max_bytes=self.settings.shape_trial_max_bytes,
+                                              tolerances=correctness.tolerance_table(opts.atol, opts.rtol),
                                               **self.seeds)
             except UserFailure as failure:
                 return self.builder.reference_failure(failure)
             self._record_environment(reference.environment)
             self._shape_info = dict(generated.get("shape_trial") or {})
+            self._perturbed = [int(i) for i in generated.get("perturbed_trials") or []]
+            if generated.get("truth_skipped"):
+                self.builder.extra["precision_skipped"] = str(generated["truth_skipped"])[:500]
             ref_data = correctness.load_output_file(self.prepared.workdir / "ref_out" / "outputs.pt",
                                                     MAX_OUTPUT_FILE_BYTES)
             ref_trials = [correctness.parse_outputs(e) for e in ref_data["trials"]]
+            self._truths = [correctness.parse_outputs(e) for e in ref_data.get("truths") or []]
+            self._trial_inputs = correctness.load_output_file(self.prepared.workdir / "ref_out" / "inputs.pt",
+                                                              MAX_OUTPUT_FILE_BYTES)["trials"]
             ref_pool = [correctness.parse_outputs(e) for e in ref_data["pool"]]
             self._ref_shape = [correctness.parse_outputs(e) for e in ref_data.get("shape_trials", [])]
             engine.link_inputs(self.prepared)
@@ -125,29 +139,28 @@ class DeviceStage:
                 return self.builder.fail(EvalStatus.incorrect, "invalid_output",
                                          f"the candidate's outputs could not be read: {exc}")
             report = self._correctness(ref_trials, cand_trials)
+            report.inputs = check_inputs(self._trial_inputs, cand_data["trials"])
             if report.passed:
                 report.shape_trial = self._shape_trial(cand_data.get("shape_trials"))
-        aten_ops = None
         # Not after a failed doubled-batch trial: that may also have broken the CUDA context.
         if report.passed and not self._shape_failure:
             try:
-                census = candidate.request("census", deadline)
+                traced = candidate.request("trace", deadline)
             except UserFailure as failure:
-                return self.builder.candidate_failure(failure, during="operator census")
-            aten_ops = {str(k): int(v) for k, v in (census.get("ops") or {}).items()}
-            self.builder.extra["aten_ops"] = aten_ops
-            self._aten_op_ms = {str(k): float(v) for k, v in (census.get("op_ms") or {}).items()}
-            self.builder.coverage = coverage_report(self._aten_op_ms, float(census.get("forward_ms") or 0.0),
-                                                    opts.device.value)
-            tampered += list(census.get("tampered") or [])
-        self._aten_ops = aten_ops
+                return self.builder.candidate_failure(failure, during="kernel trace")
+            self._attribution = attribute(traced.get("events") or {},
+                                          own_kernel_names(self.prepared.request.candidate), opts.device.value)
+            self.builder.coverage = self._attribution.report
+            if self._attribution.truncated:
+                self.builder.extra["trace_truncated"] = True
+            tampered += list(traced.get("tampered") or [])
         if tampered or not report.passed or self._shape_failure or not opts.timing:
-            return self._finish(report, self._observations(tampered=tampered))
+            return self._finish(report, self._observations(report, tampered=tampered))
 
         engine._notify(self.on_stage, "timing")
         with self.builder.stage("timing"):
             try:
-                timing, observations = self._timing(reference, candidate, ref_pool, out_bytes)
+                timing, observations = self._timing(reference, candidate, ref_pool, out_bytes, report)
             except _ReferenceTimingFailure as wrapped:
                 # The reference already ran cleanly; dying or hanging now points at the candidate
                 # (GPU work it left running), so only its own errors are held against the reference.
@@ -172,12 +185,22 @@ class DeviceStage:
 
     def _correctness(self, ref_trials: list[Outputs], cand_trials: list[Outputs]) -> CorrectnessReport:
         opts = self.options
-        results = [correctness.compare(i, r, c, opts.atol, opts.rtol)
-                   for i, (r, c) in enumerate(zip(ref_trials, cand_trials, strict=True))]
+        truths = self._truths if len(self._truths) == len(ref_trials) else [None] * len(ref_trials)
+        results = [correctness.compare_with_truth(i, r, c, t, opts.atol, opts.rtol)
+                   for i, (r, c, t) in enumerate(zip(ref_trials, cand_trials, truths, strict=True))]
         atol, rtol = correctness.tolerances_used(ref_trials[0], opts.atol, opts.rtol)
-        self._degenerate = correctness.reference_is_degenerate(ref_trials, opts.atol, opts.rtol)
-        return CorrectnessReport(passed=all(r.passed for r in results), atol=atol, rtol=rtol, trials=results,
-                                 degenerate_reference=self._degenerate)
+        passed = all(r.passed for r in results)
+        report = CorrectnessReport(passed=passed, atol=atol, rtol=rtol, trials=results,
+                                   degenerate_reference=correctness.reference_is_degenerate(ref_trials, opts.atol,
+                                                                                            opts.rtol))
+        if report.degenerate_reference and passed:
+            report.discrimination = discriminate(ref_trials, cand_trials, bool(self._perturbed))
+            report.passed = report.discrimination.passed
+        elif self._perturbed:
+            self.builder.extra["perturbed_trials"] = self._perturbed
+        if passed and self._truths:
+            report.precision = precision_check(ref_trials, cand_trials, self._truths)
+        return report
 
     def _shape_trial(self, cand_entries: object) -> ShapeTrialReport:
         info = self._shape_info
@@ -206,11 +229,12 @@ class DeviceStage:
             self._shape_failure = (f"inputs {report.problem_shapes} -> {report.shapes}: {report.message}")
         return report
 
-    def _observations(self, **fields) -> Observations:
+    def _observations(self, report: CorrectnessReport | None = None, **fields) -> Observations:
         return Observations(
-            degenerate_reference=self._degenerate, device=self.options.device.value,
-            aten_ops=self._aten_ops, aten_op_ms=self._aten_op_ms, shape_trial_failure=self._shape_failure,
-            peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
+            device=self.options.device.value, attribution=self._attribution, profile=self.profile,
+            own_kernels_required=self.options.backend != Backend.pytorch,
+            precision=report.precision if report else None, inputs=report.inputs if report else None,
+            shape_trial_failure=self._shape_failure, peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
         )
 
     # -- timing -----------------------------------------------------------------------------
@@ -229,7 +253,7 @@ class DeviceStage:
         return max(10, min(wanted, self.options.timing_max_runs))
 
     def _timing(self, reference: RunnerSession, candidate: RunnerSession, ref_pool: list[Outputs],
-                out_bytes: int) -> tuple[TimingReport, Observations]:
+                out_bytes: int, report: CorrectnessReport) -> tuple[TimingReport, Observations]:
         deadline = time.monotonic() + self.options.limits.timing_s
         try:
             ref_reply, _ = self._time(reference, deadline)
@@ -252,7 +276,8 @@ class DeviceStage:
         tampered = [*cand_reply.get("tampered", []), *cand_fixed.get("tampered", [])]
         speedup = ref_stats.median_ms / cand_stats.median_ms if cand_stats.median_ms > 0 else float("inf")
         method = "cuda_events+l2_flush+device_sync" if self.options.device == Device.cuda else "host_clock"
-        host_median = timing_stats.summarize(cand_reply["host_ms"]).median_ms
+        cand_host = timing_stats.summarize(cand_reply["host_ms"])
+        host_median = cand_host.median_ms
         timing = TimingReport(
             method=method, device=(self.builder.environment.gpu_name if self.builder.environment else None)
             or self.options.device.value,
@@ -261,11 +286,12 @@ class DeviceStage:
             candidate_host_median_ms=host_median,
         )
         observations = self._observations(
-            tampered=tampered, timed_outputs_ok=ok, timed_outputs_message=message,
-            candidate_device_median_ms=cand_stats.median_ms, candidate_host_median_ms=host_median,
+            report, tampered=tampered, timed_outputs_ok=ok, timed_outputs_message=message,
+            candidate_device_median_ms=cand_stats.median_ms, candidate_device_std_ms=cand_stats.std_ms,
+            candidate_host_median_ms=host_median, candidate_host_std_ms=cand_host.std_ms,
+            reference_host_median_ms=timing_stats.summarize(ref_reply["host_ms"]).median_ms,
             candidate_external_ms=cand_wall * 1e3 / (n_cand + 3),
-            reference_external_ms=ref_wall * 1e3 / (n_ref + 3),
-            reference_device_median_ms=ref_stats.median_ms, speedup=speedup, min_bytes=out_bytes,
+            reference_external_ms=ref_wall * 1e3 / (n_ref + 3), speedup=speedup, min_bytes=out_bytes,
         )
         self.builder.extra["timing_runs"] = {"reference_fixed": n_ref, "candidate_fixed": n_cand,
                                              "reference_stopped_by": ref_reply.get("stopped_by"),

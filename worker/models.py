@@ -57,10 +57,19 @@ class StageLimits(BaseModel):
     timing_s: float = Field(default=120.0, gt=0, le=3600)
 
 
+PolicyProfile = Literal["partial", "full"]
+
+
 class PolicyConfig(BaseModel):
-    """Reward-hacking policy for one job. The default is strict."""
+    """Reward-hacking policy for one job."""
 
     model_config = ConfigDict(extra="forbid")
+
+    # partial (KernelBench's contract): PyTorch may keep some operators, but at least one kernel of
+    # the candidate's own must run and do part of the work; library compute lowers `coverage`.
+    # full: every compute kernel must be the candidate's own (PyTorch only allocates, views, copies).
+    # None: the registered problem's profile, else partial.
+    profile: PolicyProfile | None = Field(default=None, description="partial (default) or full.")
 
     # Rule ids to switch off for this job (e.g. to allow cuBLAS calls).
     disabled_rules: list[str] = Field(default_factory=list)
@@ -136,6 +145,37 @@ class ShapeTrialReport(BaseModel):
     message: str | None = Field(default=None, description="Why it failed, or why it was skipped.")
 
 
+class DiscriminationReport(BaseModel):
+    """For a degenerate reference (outputs that move less than the tolerance between trials):
+    the candidate's error must stay small against the reference's own trial-to-trial spread,
+    which no constant output can do (see worker/discrimination.py)."""
+
+    spread: float = Field(description="Largest max-abs difference between two trials' reference outputs.")
+    max_error: float = Field(description="Largest max-abs error of the candidate against the reference.")
+    limit: float = Field(description="The error allowed: a quarter of the spread.")
+    passed: bool
+    perturbed_inputs: bool = Field(default=False, description="Trial inputs were scaled/shifted to move outputs.")
+    message: str | None = None
+
+
+class PrecisionReport(BaseModel):
+    """Errors against a float64 run of the reference on the same inputs (see worker/precision.py)."""
+
+    checked: bool
+    reference_error: float | None = Field(default=None, description="RMS error of the reference vs float64.")
+    candidate_error: float | None = Field(default=None, description="RMS error of the candidate vs float64.")
+    ratio: float | None = None
+    passed: bool | None = None
+    message: str | None = None
+
+
+class InputCheckReport(BaseModel):
+    """What the candidate did to its inputs: compared with copies it never held."""
+
+    mutated: list[str] = Field(default_factory=list, description="Inputs changed by forward, with evidence.")
+    aliased: list[str] = Field(default_factory=list, description="Outputs sharing memory with an input.")
+
+
 class CorrectnessReport(BaseModel):
     """`passed` is about the problem's own shapes; the doubled-batch trial is reported apart."""
 
@@ -143,8 +183,12 @@ class CorrectnessReport(BaseModel):
     atol: float
     rtol: float
     trials: list[TrialResult]
-    # Set when the reference output barely depends on its inputs, so a constant passes.
+    # The reference output barely depends on its inputs: a property of the problem, reported here;
+    # correctness then also needs `discrimination` to pass.
     degenerate_reference: bool = False
+    discrimination: DiscriminationReport | None = None
+    precision: PrecisionReport | None = None
+    inputs: InputCheckReport | None = None
     shape_trial: ShapeTrialReport | None = None
 
 
@@ -191,14 +235,33 @@ class EnvironmentInfo(BaseModel):
     hostname: str | None = None
 
 
-class CoverageReport(BaseModel):
-    """How much of one forward call's device time PyTorch compute took (see worker/coverage.py)."""
+class KernelSummary(BaseModel):
+    """Every launch of one kernel (or, on CPU, one ATen operator) in the traced forward call."""
 
-    share: float = Field(description="1 - PyTorch compute time / forward time: the candidate's own share.")
-    forward_ms: float
-    pytorch_compute_ms: float
-    top_pytorch_ops: dict[str, float] = Field(default_factory=dict, description="Slowest compute ops, in ms.")
-    method: str = Field(description="cuda_events_per_op (GPU) or host_clock_per_op (CPU).")
+    name: str
+    launches: int
+    ms: float = Field(description="GPU time summed over launches (host time on CPU).")
+    share: float = Field(description="Share of the forward's compute time (own + library).")
+    op: str | None = Field(default=None, description="The ATen operator that launched it, if any.")
+    streams: list[int] = Field(default_factory=list)
+
+
+class CoverageReport(BaseModel):
+    """Kernel attribution of one forward call, from what ran (see worker/attribution.py)."""
+
+    share: float = Field(description="Own-kernel time / (own + library compute time): the candidate's share.")
+    own_ms: float
+    library_ms: float
+    plumbing_ms: float = Field(description="Allocation, fills and copies: neither side's compute.")
+    own_kernels: list[KernelSummary] = Field(default_factory=list)
+    library_kernels: list[KernelSummary] = Field(default_factory=list, description="Slowest first.")
+    own_kernels_not_launched: list[str] = Field(default_factory=list,
+                                                description="Kernels the source defines that never ran.")
+    off_stream_kernels: list[str] = Field(default_factory=list,
+                                          description="Kernels on a stream other than the timed one.")
+    escaped_kernels: list[str] = Field(default_factory=list,
+                                       description="Off-stream kernels still running when forward returned.")
+    method: str = Field(description="cupti_kernel_trace (GPU) or interpreter_and_aten_trace (CPU).")
 
 
 class EvalResult(BaseModel):

@@ -5,11 +5,14 @@ Components (each documented, all in the result as `reward_components`):
   compiled  1 if the candidate built and imported
   correct   1 if every correctness trial passed
   speedup   reference median / candidate median (0 unless correct and timed)
-  coverage  1 - the share of one forward call's device time spent in PyTorch compute operators
-            (see worker/coverage.py; 1 when not measured)
+  coverage  own-kernel GPU time / (own + library compute time) in one traced forward call
+            (see worker/attribution.py; 1 when not measured)
 
-Presets (s = speedup, c = correct, k = compiled):
-  default      0 unless c; else 0.3 + 0.7 * clamp(log2(s), 0, 3) / 3   (0.3 at <=1x, 1.0 at >=8x)
+Presets (s = speedup, c = correct, k = compiled, v = coverage):
+  default      0 unless c; else 0.3 * v + 0.7 * clamp(log2(s), 0, 3) / 3   (0.3 at <=1x with v = 1,
+               1.0 at >=8x). The correctness part is scaled by coverage: PyTorch doing the work
+               plus a token kernel earns little, a fused epilogue that speeds the forward up
+               earns through its speedup.
   kevin        0.3*c + s*c
   tiered       -1 if not k; -0.5 if k and not c; else 0.25 (s<1), 0.5 (1<=s<1.1), 0.75 (1.1<=s<2), 1.0 (s>=2)
   binary_fast  1 if c and s > 1 else 0
@@ -32,7 +35,7 @@ def _default(c: Mapping[str, float]) -> float:
     if not c["correct"]:
         return 0.0
     gain = min(max(math.log2(max(c["speedup"], 1e-12)), 0.0), 3.0) / 3.0
-    return 0.3 + 0.7 * gain
+    return 0.3 * c["coverage"] + 0.7 * gain
 
 
 def _kevin(c: Mapping[str, float]) -> float:

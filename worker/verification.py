@@ -5,32 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .models import PolicyConfig, RuleHit
+from .attribution import Attribution
+from .models import InputCheckReport, PolicyConfig, PrecisionReport, RuleHit
 from .policy.registry import is_disabled
 
 SHAPE_RULE = "KJ-R09-shape-specialised"
 
-# Work that escaped the events: host-synced time this much over the event time, and by at
-# least this many ms (host overhead per iteration is a few microseconds on an idle host).
-UNSYNCED_RATIO = 2.0
-UNSYNCED_MIN_GAP_MS = 0.05
-# Reported time below this share of what the outside clock saw (less harness overhead).
-EXTERNAL_CLOCK_RATIO = 0.5
-EXTERNAL_CLOCK_MIN_GAP_MS = 0.05
-
-
-# ATen operators an honest candidate may dispatch: allocation, views, shape changes and copies
-# (including what Triton's interpreter does around a launch on CPU). Anything else is PyTorch
-# computing part of the answer.
-ALLOWED_ATEN_OPS = frozenset(f"aten.{name}" for name in (
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill_", "zero_",
-    "arange", "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "t", "transpose",
-    "permute", "expand", "unsqueeze", "squeeze", "select", "slice", "narrow", "split", "split_with_sizes",
-    "chunk", "unbind", "alias", "detach", "clone", "copy_", "_to_copy", "contiguous", "lift_fresh",
-    "view_as", "flatten", "unflatten", "movedim", "resize_", "set_", "cat", "stack", "_local_scalar_dense",
-    "is_contiguous", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "record_stream",
-))
+# A reported time below this share of an independent measurement, by more than the noise
+# measured in the same job (and at least the minimum gap), is flagged (KJ-R04).
+CLOCK_RATIO = 0.5
+CLOCK_MIN_GAP_MS = 0.05
+NOISE_SIGMAS = 3.0
+MAX_EVIDENCE_NAMES = 4
 
 
 @dataclass
@@ -39,17 +25,21 @@ class Observations:
     timed_outputs_ok: bool = True
     timed_outputs_message: str | None = None
     candidate_device_median_ms: float | None = None
+    candidate_device_std_ms: float = 0.0
     candidate_host_median_ms: float | None = None
+    candidate_host_std_ms: float = 0.0
+    reference_host_median_ms: float | None = None
     # Per-iteration wall time of the fixed-count runs, seen from the supervisor.
     candidate_external_ms: float | None = None
     reference_external_ms: float | None = None
-    reference_device_median_ms: float | None = None
     speedup: float | None = None
-    degenerate_reference: bool = False
-    # ATen operators dispatched by one forward call of the candidate (None: not measured).
-    aten_ops: dict[str, int] | None = None
-    # Device time per operator in that call, in ms (empty: not measured).
-    aten_op_ms: dict[str, float] = field(default_factory=dict)
+    # Kernel attribution of one forward call (None: not measured).
+    attribution: Attribution | None = None
+    # Whether the candidate must launch kernels of its own (not for an explicit `pytorch` backend).
+    own_kernels_required: bool = True
+    profile: str = "partial"
+    precision: PrecisionReport | None = None
+    inputs: InputCheckReport | None = None
     min_bytes: int | None = None
     peak_bandwidth_gbps: float = 0.0
     # Why the doubled-batch trial failed (None: passed, skipped or not run).
@@ -57,9 +47,9 @@ class Observations:
     device: str = "cpu"
 
 
-def _op_evidence(op: str, obs: Observations) -> str:
-    ms = obs.aten_op_ms.get(op)
-    return f"{op} x{obs.aten_ops[op]}" + (f" ({ms:.3f} ms)" if ms is not None else "")
+def _names(names: list[str]) -> str:
+    more = f" and {len(names) - MAX_EVIDENCE_NAMES} more" if len(names) > MAX_EVIDENCE_NAMES else ""
+    return ", ".join(names[:MAX_EVIDENCE_NAMES]) + more
 
 
 def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
@@ -77,31 +67,13 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
                     "(cached or replayed results, or behaviour that changes once timing starts)",
             evidence=obs.timed_outputs_message,
         ))
-    dev, host = obs.candidate_device_median_ms, obs.candidate_host_median_ms
-    if obs.device == "cuda" and dev is not None and host is not None:
-        if host > UNSYNCED_RATIO * dev and host - dev > UNSYNCED_MIN_GAP_MS:
-            hits.append(RuleHit(
-                rule="KJ-R03-work-outside-timed-stream", severity="flag",
-                message="most of the candidate's GPU work ran outside the timed stream (side stream or "
-                        "deferred work): event time is far below the device-synchronised time",
-                evidence=f"event median {dev:.4f} ms, synchronised host median {host:.4f} ms",
-            ))
-    ext_c, ext_r, ref_dev = obs.candidate_external_ms, obs.reference_external_ms, obs.reference_device_median_ms
-    # On CPU the host clock is the measurement itself (and Triton's interpreter dominates it).
-    if obs.device == "cuda" and dev is not None and ext_c is not None and ext_r is not None and ref_dev is not None:
-        overhead = max(ext_r - ref_dev, 0.0)  # harness cost per iteration (flush, syncs, IPC)
-        seen = ext_c - overhead
-        if dev < EXTERNAL_CLOCK_RATIO * seen and seen - dev > EXTERNAL_CLOCK_MIN_GAP_MS:
-            hits.append(RuleHit(
-                rule="KJ-R04-timing-disagrees-with-wall-clock", severity="flag",
-                message="the candidate's reported time is far below the time measured from outside its process",
-                evidence=f"reported {dev:.4f} ms/iter, outside clock {seen:.4f} ms/iter after harness overhead",
-            ))
+    hits.extend(_stream_and_clock_rules(obs))
     if obs.speedup is not None and obs.speedup > policy.max_speedup:
         hits.append(RuleHit(
             rule="KJ-R05-implausible-speedup", severity="flag",
             message=f"speedup {obs.speedup:.1f}x is above the configured ceiling {policy.max_speedup:g}x",
         ))
+    dev = obs.candidate_device_median_ms
     if obs.min_bytes and obs.peak_bandwidth_gbps > 0 and dev is not None and obs.device == "cuda":
         floor_ms = obs.min_bytes / (obs.peak_bandwidth_gbps * 1e9) * 1e3
         if dev < 0.8 * floor_ms:
@@ -111,14 +83,8 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
                 evidence=f"{dev:.4f} ms < floor {floor_ms:.4f} ms for {obs.min_bytes} bytes "
                          f"at {obs.peak_bandwidth_gbps:g} GB/s",
             ))
-    compute_ops = sorted(op for op in (obs.aten_ops or {}) if op not in ALLOWED_ATEN_OPS)
-    if compute_ops:
-        hits.append(RuleHit(
-            rule="KJ-R08-pytorch-compute-at-runtime", severity="flag",
-            message="PyTorch operators computed part of the output at run time; the work must be done by "
-                    "the candidate's own kernels (allocation, views and copies are fine)",
-            evidence=", ".join(_op_evidence(op, obs) for op in compute_ops[:20]),
-        ))
+    hits.extend(_attribution_rules(obs))
+    hits.extend(_numeric_rules(obs))
     if obs.shape_trial_failure:
         hits.append(RuleHit(
             rule=SHAPE_RULE, severity="flag",
@@ -126,10 +92,93 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
                     "the problem's shape (disable KJ-R09 to allow shape-specialised kernels)",
             evidence=obs.shape_trial_failure,
         ))
-    if obs.degenerate_reference:
-        hits.append(RuleHit(
-            rule="KJ-R07-degenerate-problem", severity="flag",
-            message="the reference gives the same output for every input drawn: a constant passes the check, "
-                    "so correctness here proves little (fix the problem's get_inputs or outputs)",
-        ))
     return [hit for hit in hits if not is_disabled(hit.rule, policy.disabled_rules)]
+
+
+def _stream_and_clock_rules(obs: Observations) -> list[RuleHit]:
+    if obs.device != "cuda":  # on CPU the host clock is the measurement itself
+        return []
+    hits = []
+    attribution = obs.attribution
+    if attribution and attribution.report.escaped_kernels:
+        hits.append(RuleHit(
+            rule="KJ-R03-work-outside-timed-stream", severity="flag",
+            message="kernels on another stream were still running when forward returned: that work "
+                    "escapes the timer (join side streams back with current_stream().wait_stream)",
+            evidence=f"still running after forward: {_names(attribution.report.escaped_kernels)}",
+        ))
+    dev, noise = obs.candidate_device_median_ms, NOISE_SIGMAS * obs.candidate_device_std_ms
+    if attribution and dev is not None and attribution.forward_gpu_ms > 0:
+        gpu = attribution.forward_gpu_ms
+        if dev < CLOCK_RATIO * gpu and gpu - dev > max(CLOCK_MIN_GAP_MS, noise):
+            hits.append(RuleHit(
+                rule="KJ-R04-timing-disagrees-with-wall-clock", severity="flag",
+                message="the candidate's reported time is far below the GPU time its kernels took",
+                evidence=f"reported median {dev:.4f} ms, kernels busy {gpu:.4f} ms in a traced call",
+            ))
+            return hits
+    host, ext_c, ext_r, ref_host = (obs.candidate_host_median_ms, obs.candidate_external_ms,
+                                    obs.reference_external_ms, obs.reference_host_median_ms)
+    if None not in (host, ext_c, ext_r, ref_host):
+        # Both sides pay the same harness cost per iteration (flush, syncs, IPC): the reference's
+        # outside time minus its own host-clock time. Launch overhead is inside both clocks.
+        seen = ext_c - max(ext_r - ref_host, 0.0)
+        if host < CLOCK_RATIO * seen and seen - host > max(CLOCK_MIN_GAP_MS, NOISE_SIGMAS * obs.candidate_host_std_ms):
+            hits.append(RuleHit(
+                rule="KJ-R04-timing-disagrees-with-wall-clock", severity="flag",
+                message="the candidate's reported time is far below the time measured from outside its process",
+                evidence=f"reported {host:.4f} ms/iter (host clock), outside clock {seen:.4f} ms/iter "
+                         "after harness overhead",
+            ))
+    return hits
+
+
+def _attribution_rules(obs: Observations) -> list[RuleHit]:
+    attribution = obs.attribution
+    if attribution is None or not obs.own_kernels_required:
+        return []
+    report = attribution.report
+    hits = []
+    if not report.own_kernels:
+        unlaunched = f"; defined but never launched: {_names(report.own_kernels_not_launched)}" \
+            if report.own_kernels_not_launched else ""
+        ran = _names([k.name for k in attribution.library_records]) or "none"
+        hits.append(RuleHit(
+            rule="KJ-R10-no-own-kernel", severity="reject",
+            message="forward launched no kernel of the candidate's own: PyTorch or a library did all the work",
+            evidence=f"kernels that ran: {ran}{unlaunched}",
+        ))
+    elif obs.profile == "full" and attribution.library_records:
+        hits.append(RuleHit(
+            rule="KJ-R11-library-compute", severity="reject",
+            message="under the `full` profile every compute kernel must be the candidate's own; PyTorch "
+                    "or a vendor library computed part of the output (allocation, views and copies are fine)",
+            evidence=_names([f"{k.name} [{k.op or 'no ATen op'}] {k.ms:.3f} ms ({k.share:.0%})"
+                             for k in attribution.library_records]),
+        ))
+    return hits
+
+
+def _numeric_rules(obs: Observations) -> list[RuleHit]:
+    hits = []
+    if obs.precision and obs.precision.checked and obs.precision.passed is False:
+        hits.append(RuleHit(
+            rule="KJ-R12-precision-loss", severity="flag",
+            message="the candidate's error against a float64 run is far above the reference's own error: "
+                    "it computes in lower precision than the problem asks for",
+            evidence=f"RMS error vs float64: candidate {obs.precision.candidate_error:.3g}, reference "
+                     f"{obs.precision.reference_error:.3g} ({obs.precision.ratio:g}x)",
+        ))
+    if obs.inputs and obs.inputs.mutated:
+        hits.append(RuleHit(
+            rule="KJ-R13-input-mutated", severity="flag",
+            message="forward changed its inputs; outputs must not depend on clobbering them",
+            evidence=_names(obs.inputs.mutated),
+        ))
+    if obs.inputs and obs.inputs.aliased:
+        hits.append(RuleHit(
+            rule="KJ-R14-output-aliases-input", severity="flag",
+            message="forward returned an input's memory as its output",
+            evidence=_names(obs.inputs.aliased),
+        ))
+    return hits

@@ -21,6 +21,10 @@ def test_honest_cuda_candidate_is_correct_and_timed_with_events(run_eval):
     assert result.timing.method.startswith("cuda_events")
     assert result.timing.candidate.n >= 10
     assert result.environment.gpu_name
+    # The kernel profiler saw the extension's own kernel run, and nothing else computing.
+    assert result.coverage.method == "cupti_kernel_trace"
+    assert result.coverage.own_kernels and result.coverage.share == 1.0, result.coverage
+    assert not result.rules, result.rules
 
 
 def test_wrong_cuda_candidate_is_incorrect(run_eval):
@@ -29,14 +33,15 @@ def test_wrong_cuda_candidate_is_incorrect(run_eval):
     assert result.status == EvalStatus.incorrect
 
 
+# The offset is a run-time argument: a constant this large would fail Triton's compilation instead.
 ILLEGAL_ACCESS = triton_candidate('''
     y = torch.empty_like(x)
-    bad_kernel[(1,)](x, y, BLOCK=256)
+    bad_kernel[(1,)](x, y, 1 << 40, BLOCK=256)
     return y
 ''', kernel='''
 @triton.jit
-def bad_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK) + (1 << 40)
+def bad_kernel(x_ptr, y_ptr, far, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK) + far
     tl.store(y_ptr + offs, tl.load(x_ptr + offs))
 ''')
 
@@ -65,10 +70,29 @@ def test_work_on_a_side_stream_is_flagged(run_eval):
 
     # The static side-stream rule only flags; switch it off to see the runtime check alone.
     result = run_eval(BIG_SILU_REFERENCE, SIDE_STREAM, device="cuda", timing=True, timing_budget_s=0.5,
-                      policy=PolicyConfig(disabled_rules=[]))
+                      policy=PolicyConfig(disabled_rules=["KJ301"]))
     assert result.flagged
     assert any(hit.rule == "KJ-R03-work-outside-timed-stream" for hit in result.rules), result.rules
+    assert "silu_kernel" in result.coverage.escaped_kernels
     assert result.reward == 0.0
+
+
+JOINED_SIDE_STREAM = triton_candidate('''
+    y = torch.empty_like(x)
+    current = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        silu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    current.wait_stream(side)
+    return y
+''')
+
+
+def test_a_side_stream_joined_back_is_not_flagged(run_eval):
+    result = run_eval(BIG_SILU_REFERENCE, JOINED_SIDE_STREAM, device="cuda", timing=True, timing_budget_s=0.5)
+    assert result.status == EvalStatus.ok and not result.flagged, result.rules
+    assert result.coverage.off_stream_kernels == ["silu_kernel"] and not result.coverage.escaped_kernels
 
 
 HIDDEN_TORCH_SILU = triton_candidate('''
@@ -79,9 +103,22 @@ HIDDEN_TORCH_SILU = triton_candidate('''
 
 
 def test_coverage_on_gpu_counts_hidden_pytorch_compute(run_eval):
+    from worker.models import PolicyConfig
+
     problem = load_problem("elementwise")
     honest = run_eval(problem.reference, problem.triton_ok, device="cuda")
-    assert honest.coverage.method == "cuda_events_per_op" and honest.coverage.share == 1.0
-    hidden = run_eval(BIG_SILU_REFERENCE, HIDDEN_TORCH_SILU, device="cuda", policy=NO_STATIC_POLICY)
-    assert hidden.flagged and "aten.mm" in hidden.coverage.top_pytorch_ops
+    assert honest.coverage.method == "cupti_kernel_trace" and honest.coverage.share == 1.0, honest.coverage
+    # The view(4096, 4096) only works for the problem's size: the doubled batch is not the point here.
+    no_shape_trial = NO_STATIC_POLICY.model_copy(update={"disabled_rules": [*NO_STATIC_POLICY.disabled_rules,
+                                                                            "KJ-R09"]})
+    hidden = run_eval(BIG_SILU_REFERENCE, HIDDEN_TORCH_SILU, device="cuda", policy=no_shape_trial)
+    assert hidden.status == EvalStatus.ok, hidden.error
+    library_ops = {kernel.op for kernel in hidden.coverage.library_kernels}
+    assert library_ops & {"aten::matmul", "aten::mm"}, hidden.coverage
     assert hidden.coverage.share < 0.5, hidden.coverage  # a 4096^3 matmul dwarfs one SiLU pass
+    assert 0 < hidden.reward < 0.3 * 0.5  # the correctness part is scaled by coverage
+    full = run_eval(BIG_SILU_REFERENCE, HIDDEN_TORCH_SILU, device="cuda",
+                    policy=no_shape_trial.model_copy(update={"profile": "full"}))
+    assert full.status == EvalStatus.rejected
+    assert any(hit.rule == "KJ-R11-library-compute" for hit in full.rules), full.rules
+    assert PolicyConfig().profile is None  # the default profile is the problem's, else partial

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
+import textwrap
+
+import pytest
+
+from tests.engine.conftest import HONEST_SILU, SILU_KERNEL, SILU_REFERENCE, TRITON_HEADER, triton_candidate
 from tests.engine.test_failures import LAUNCH, NO_STATIC_POLICY
 from worker.models import EvalStatus
 
@@ -11,32 +15,72 @@ def _rules(result) -> set[str]:
     return {hit.rule for hit in result.rules}
 
 
-def test_honest_candidate_dispatches_only_allocation_and_copies(run_eval):
+def test_honest_candidate_runs_only_its_own_kernel(run_eval):
     result = run_eval(SILU_REFERENCE, HONEST_SILU)
     assert result.status == EvalStatus.ok
     assert not result.rules
-    assert set(result.extra["aten_ops"]) <= {"aten.empty_like", "aten.empty", "aten.new_empty", "aten.set_",
-                                             "aten.copy_"}
-    # Allocation and copies are the candidate's own time: nothing is left to PyTorch compute.
-    assert result.coverage.share == 1.0 and result.coverage.pytorch_compute_ms == 0.0
-    assert result.coverage.method == "host_clock_per_op" and result.coverage.forward_ms > 0
+    coverage = result.coverage
+    assert [(k.name, k.launches) for k in coverage.own_kernels] == [("silu_kernel", 1)]
+    # Allocation is plumbing: nothing is left to PyTorch compute.
+    assert coverage.share == 1.0 and coverage.library_ms == 0.0 and not coverage.library_kernels
+    assert coverage.method == "interpreter_and_aten_trace" and coverage.own_ms > 0
     assert result.reward_components["coverage"] == 1.0
 
 
-def test_pytorch_compute_hidden_behind_a_table_is_flagged(run_eval):
-    candidate = triton_candidate(LAUNCH + "return OPS['act'](y * 0 + x)",
-                                 extra="OPS = {'act': torch.nn.functional.silu}\n")
-    result = run_eval(SILU_REFERENCE, candidate, policy=NO_STATIC_POLICY)
-    assert result.status == EvalStatus.ok and result.flagged
-    assert "KJ-R08-pytorch-compute-at-runtime" in _rules(result)
-    hit = next(h for h in result.rules if h.rule == "KJ-R08-pytorch-compute-at-runtime")
-    assert "aten.silu x1 (" in hit.evidence and " ms)" in hit.evidence
-    assert result.reward == 0.0
+HIDDEN_TABLE = triton_candidate(LAUNCH + "return OPS['act'](y * 0 + x)", extra="OPS = {'act': torch.nn.functional.silu}\n")
+
+
+def test_pytorch_compute_hidden_behind_a_table_lowers_coverage_under_partial(run_eval):
+    result = run_eval(SILU_REFERENCE, HIDDEN_TABLE, policy=NO_STATIC_POLICY)
+    assert result.status == EvalStatus.ok and not result.flagged, result.rules
     coverage = result.coverage
-    assert set(coverage.top_pytorch_ops) == {"aten.silu", "aten.mul", "aten.add"}  # OPS["act"](y * 0 + x)
-    # The hidden operators' time is counted against the candidate (the arithmetic: test_coverage.py).
-    assert coverage.pytorch_compute_ms > 0.0 and coverage.share < 1.0
+    assert {k.name for k in coverage.library_kernels} == {"aten::silu", "aten::mul", "aten::add"}
+    assert coverage.library_ms > 0.0 and coverage.share < 1.0
     assert result.reward_components["coverage"] == coverage.share
+    # default preset, not timed: the correctness part only, scaled by coverage
+    assert result.reward == pytest.approx(0.3 * coverage.share)
+
+
+def test_pytorch_compute_is_rejected_under_the_full_profile_with_the_operators_as_evidence(run_eval):
+    policy = NO_STATIC_POLICY.model_copy(update={"profile": "full"})
+    result = run_eval(SILU_REFERENCE, HIDDEN_TABLE, policy=policy)
+    assert result.status == EvalStatus.rejected
+    hit = next(h for h in result.rules if h.rule == "KJ-R11-library-compute")
+    assert "aten::silu" in hit.evidence and " ms (" in hit.evidence
+    assert result.reward == 0.0
+
+
+def test_a_kernel_defined_but_never_launched_is_rejected_at_run_time(run_eval):
+    decoy = triton_candidate("return x * torch.sigmoid(x)")
+    result = run_eval(SILU_REFERENCE, decoy)
+    assert result.status == EvalStatus.rejected
+    hit = next(h for h in result.rules if h.rule == "KJ-R10-no-own-kernel")
+    assert "never launched: silu_kernel" in hit.evidence and "aten::sigmoid" in hit.evidence
+    assert result.coverage.own_kernels_not_launched == ["silu_kernel"]
+
+
+def test_a_kernel_kept_on_self_and_aliased_counts_as_launched(run_eval):
+    candidate = TRITON_HEADER + SILU_KERNEL + textwrap.dedent('''
+        class ModelNew(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.kernel = silu_kernel
+
+            def forward(self, x):
+                y = torch.empty_like(x)
+                launch = self.kernel
+                launch[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+                return y
+    ''')
+    result = run_eval(SILU_REFERENCE, candidate)
+    assert result.status == EvalStatus.ok and not result.rules, result.rules
+    assert result.coverage.share == 1.0
+
+
+def test_an_explicit_pytorch_backend_needs_no_own_kernel(run_eval):
+    plain = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * torch.sigmoid(x)\n"
+    result = run_eval(SILU_REFERENCE, plain, backend="pytorch")
+    assert result.status == EvalStatus.ok and not result.rules, result.rules
 
 
 def test_rebinding_the_timer_is_rejected(run_eval):

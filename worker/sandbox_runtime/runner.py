@@ -2,9 +2,10 @@
 
 Environment: KJ_ROLE (reference|candidate), KJ_MODE (build|run), KJ_DEVICE (cpu|cuda),
 KJ_SOURCE (the module file), KJ_IN_DIR / KJ_OUT_DIR, KJ_MSG_FD (reply channel).
-Commands (one JSON object per line on stdin): generate (reference: inputs, outputs and the
-doubled-batch trial), run (candidate: the trials, then the doubled batch), census (operators
-and their times in one call), time, save_timed, exit. Replies: ready, done, timing, error.
+Commands (one JSON object per line on stdin): generate (reference: inputs, outputs, their
+float64 ground truth and the doubled-batch trial), run (candidate: the trials with the inputs
+as forward left them, then the doubled batch), trace (the kernels one call ran), time,
+save_timed, exit. Replies: ready, done, timing, error.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import traceback
 
 import torch
 
-from . import timer  # binds clocks and sync before any user code is imported
-from .census import OpCensus
+from . import (
+    kernel_trace,
+    reference_checks,
+    timer,  # binds clocks and sync before any user code is imported
+)
 from .channel import Channel
 from .integrity import IntegrityWatch
 from .loader import (
@@ -77,9 +81,16 @@ class Runner:
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> bool:
+        # Both sides compute in strict float32: TF32 would make the reference's own error as large
+        # as the reduced-precision shortcuts the precision check looks for (candidates may not
+        # change these settings: KJ113).
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
         if self.device.type == "cuda" and self.mode != "build":
             torch.cuda.set_device(self.device)
             torch.cuda.init()
+        else:
+            kernel_trace.install_triton_interpreter_hook()
         self.module = load_module(os.environ["KJ_SOURCE"], f"kj_{self.role}")
         missing = [name for name in REQUIRED_NAMES[self.role] if not hasattr(self.module, name)]
         if missing:
@@ -112,14 +123,28 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, f"while constructing {class_name}") from exc
 
-    def _call(self, args: list, what: str) -> dict:
+    def _call(self, args: list, what: str, model=None) -> dict:
         try:
             with torch.no_grad():
-                out = self.model(*args)
+                out = (self.model if model is None else model)(*args)
             self._sync()
             return to_storable(out)
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, what) from exc
+
+    def _checked_call(self, args: list, what: str) -> dict:
+        """A candidate call that also reports outputs sharing memory with an input and the inputs
+        as forward left them (the supervisor compares them with its own copies)."""
+        try:
+            with torch.no_grad():
+                out = self.model(*args)
+            self._sync()
+            stored = to_storable(out)
+            stored["aliases"] = aliased_outputs(out, args)
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, what) from exc
+        stored["inputs_after"] = [torch.Tensor.clone(a).cpu() if type(a) is torch.Tensor else None for a in args]
+        return stored
 
     def _poison(self, nbytes: int) -> None:
         # Freed blocks stay in the caching allocator: fill them with NaN so an output
@@ -148,9 +173,15 @@ class Runner:
         trials = [self._inputs(seed) for seed in command["trial_seeds"]]
         pool = [self._inputs(seed) for seed in command["pool_seeds"]]
         self._construct("Model", init_inputs, command["init_seed"])
+        trial_outputs = [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
+                         for i, a in enumerate(trials)]
+        perturbed = self._perturb_degenerate(trials, trial_outputs, command.get("tolerances") or {})
+        truths, truth_skipped = reference_checks.float64_truth(
+            self.model, trials, lambda model, args: self._call(args, "in Model.forward (float64)", model),
+            lambda args: to_device(args, self.device))
         outputs = {
-            "trials": [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
-                       for i, a in enumerate(trials)],
+            "trials": trial_outputs,
+            "truths": truths or [],
             "pool": [self._call(to_device(clone_args(a), self.device), "in Model.forward (timing inputs)")
                      for a in pool],
         }
@@ -161,7 +192,29 @@ class Runner:
                    f"{self.out_dir}/inputs.pt")
         torch.save(outputs, f"{self.out_dir}/outputs.pt")
         self.pool = [to_device(a, self.device) for a in pool]
-        self.channel.send("done", op="generate", shape_trial=shape_info, tampered=self.integrity.changed())
+        self.channel.send("done", op="generate", shape_trial=shape_info, perturbed_trials=perturbed,
+                          truth_skipped=truth_skipped, tampered=self.integrity.changed())
+
+    def _perturb_degenerate(self, trials: list, outputs: list[dict], tolerances: dict) -> list[int]:
+        """Scale/shift later trials' inputs when the outputs do not move between trials; returns
+        the trials changed (each kept only where the reference's output stays finite and moves)."""
+        if not reference_checks.all_degenerate(outputs, tolerances):
+            return []
+        changed = []
+        for index in range(1, len(trials)):
+            scale, shift = reference_checks.perturbation_for(index)
+            for option in ((scale, shift), (scale, 0.0)):
+                args = reference_checks.perturb(trials[index], *option)
+                try:
+                    out = self._call(to_device(clone_args(args), self.device), "in Model.forward (perturbed)")
+                except UserCodeError:
+                    continue
+                if reference_checks.finite_where(outputs[0], out) and reference_checks.outputs_move(
+                        outputs[0], out, tolerances):
+                    trials[index], outputs[index] = args, out
+                    changed.append(index)
+                    break
+        return changed
 
     def _shape_trial(self, seeds: list[int], max_bytes: int) -> tuple[list, list, dict]:
         """One trial on a doubled batch, if the reference accepts one (see shape_variant)."""
@@ -193,7 +246,8 @@ class Runner:
         results = []
         for index, args in enumerate(data["trials"]):
             self._poison(command.get("poison_bytes", 0))
-            results.append(self._call(to_device(clone_args(args), self.device), f"in ModelNew.forward (trial {index})"))
+            results.append(self._checked_call(to_device(clone_args(args), self.device),
+                                              f"in ModelNew.forward (trial {index})"))
         self.pool = [to_device(a, self.device) for a in data["pool"]]
         # Last, and failures kept as results: a candidate that breaks on another shape is judged
         # for that (KJ-R09), not reported as a crash.
@@ -207,19 +261,13 @@ class Runner:
         torch.save({"trials": results, "shape_trials": shape_results}, f"{self.out_dir}/outputs.pt")
         self.channel.send("done", op="run", tampered=self.integrity.changed())
 
-    def op_census(self, command: dict) -> None:
+    def op_trace(self, command: dict) -> None:
         args = clone_args(self.pool[0])
-        clock = timer.DeviceClock(self.device)
         try:
-            with torch.no_grad(), OpCensus(clock) as census:
-                start = clock.mark()
-                self.model(*args)
-                end = clock.mark()
-            clock.settle()
+            events = kernel_trace.trace_forward(self.model, args, self.device)
         except BaseException as exc:  # noqa: BLE001
-            raise classify(exc, "in ModelNew.forward (operator census)") from exc
-        self.channel.send("done", op="census", ops=dict(census.counts), op_ms=census.op_ms(),
-                          forward_ms=clock.elapsed_ms(start, end), tampered=self.integrity.changed())
+            raise classify(exc, "in ModelNew.forward (kernel trace)") from exc
+        self.channel.send("done", op="trace", events=events, tampered=self.integrity.changed())
 
     def op_time(self, command: dict) -> None:
         try:
@@ -251,6 +299,19 @@ class Runner:
         stored = {slot: to_storable(out) for slot, out in self.last_timed.items()}
         torch.save({"pool": stored}, f"{self.out_dir}/timed_outputs_{command['tag']}.pt")
         self.channel.send("done", op="save_timed", tampered=self.integrity.changed())
+
+
+def aliased_outputs(out: object, args: list) -> list[str]:
+    """Outputs whose memory is an input's (a result written into the input and returned)."""
+    tensors = [out] if type(out) is torch.Tensor else [t for t in out if type(t) is torch.Tensor] \
+        if isinstance(out, (tuple, list)) else []
+    found = []
+    for o_index, tensor in enumerate(tensors):
+        for a_index, arg in enumerate(args):
+            if type(arg) is torch.Tensor and arg.numel() and tensor.numel() and arg.device == tensor.device \
+                    and arg.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
+                found.append(f"output {o_index} shares memory with input {a_index}")
+    return found
 
 
 def main() -> int:

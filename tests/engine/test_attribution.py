@@ -1,0 +1,100 @@
+"""Kernel attribution (worker/attribution.py), fed with profiler events recorded on a GPU.
+
+tests/engine/data/kernel_traces_h100.json was written by benchmarks/record_kernel_traces.py on an
+H100 (torch 2.11, triton 3.6): the real names, streams and correlation ids CUPTI reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from worker.attribution import attribute, kernel_base_name
+
+TRACES = json.loads((Path(__file__).parent / "data" / "kernel_traces_h100.json").read_text())["cases"]
+OWN = frozenset({"silu_kernel"})
+
+
+def _report(case: str, own: frozenset[str] = OWN):
+    return attribute(TRACES[case], own, "cuda")
+
+
+def test_own_triton_kernel_alone_is_full_coverage():
+    attribution = _report("own_only")
+    report = attribution.report
+    assert [(k.name, k.launches) for k in report.own_kernels] == [("silu_kernel", 1)]
+    assert report.share == 1.0 and not report.library_kernels and not report.off_stream_kernels
+    assert report.method == "cupti_kernel_trace" and attribution.forward_gpu_ms > 0
+
+
+def test_the_harness_markers_are_not_counted():
+    # One marker kernel before and one after the forward, on the timed stream: neither is the candidate's.
+    report = _report("own_only").report
+    assert report.plumbing_ms == 0.0 and report.library_ms == 0.0
+
+
+def test_a_kept_conv_is_library_compute_launched_by_its_aten_operator():
+    report = _report("conv_plus_epilogue").report
+    assert [k.name for k in report.own_kernels] == ["silu_kernel"]
+    assert {k.op for k in report.library_kernels} == {"aten::conv2d"}
+    assert any("fprop" in k.name for k in report.library_kernels)
+    assert 0 < report.share < 1
+
+
+def test_a_large_matmul_with_a_token_kernel_has_low_coverage():
+    report = _report("matmul_token_kernel").report
+    assert report.library_kernels[0].op == "aten::matmul"
+    assert report.share < 0.05 and report.library_kernels[0].share > 0.95
+
+
+def test_an_unjoined_side_stream_escapes_the_timed_window():
+    report = _report("unjoined_side_stream").report
+    assert report.own_kernels[0].launches == 20
+    assert report.off_stream_kernels == ["silu_kernel"] and report.escaped_kernels == ["silu_kernel"]
+
+
+def test_a_joined_side_stream_is_off_stream_but_does_not_escape():
+    report = _report("joined_side_stream").report
+    assert report.off_stream_kernels == ["silu_kernel"] and report.escaped_kernels == []
+
+
+def test_without_a_matching_name_nothing_is_own_and_defined_kernels_are_listed_as_not_launched():
+    report = _report("conv_plus_epilogue", frozenset({"other_kernel"})).report
+    # The Triton kernel is launched outside ATen and does not look like a vendor library's: own.
+    assert [k.name for k in report.own_kernels] == ["silu_kernel"]
+    assert report.own_kernels_not_launched == ["other_kernel"]
+
+
+def test_a_library_kernel_launched_outside_aten_is_not_own():
+    raw = {"forward_label": "F", "launch_prefix": "L::",
+           "cpu": [{"name": "F", "corr": 1, "span": [0, 100], "tid": 1}],
+           "kernels": [{"name": "sm90_xmma_gemm_f32f32_tn", "kind": "kernel", "stream": 7, "span": [10, 60],
+                        "linked": 0},
+                       {"name": "void my_gemm<float>(float const*, float*)", "kind": "kernel", "stream": 7,
+                        "span": [60, 70], "linked": 0}]}
+    report = attribute(raw, frozenset({"my_gemm"}), "cuda").report
+    assert [k.name for k in report.library_kernels] == ["sm90_xmma_gemm_f32f32_tn"]
+    assert report.share == pytest.approx(10 / 60, abs=1e-3)
+
+
+def test_an_own_name_launched_by_an_aten_compute_operator_is_library():
+    # A candidate cannot claim ATen's kernel by naming one of its own kernels the same way.
+    raw = {"forward_label": "F", "launch_prefix": "L::",
+           "cpu": [{"name": "F", "corr": 1, "span": [0, 100], "tid": 1},
+                   {"name": "aten::add", "corr": 2, "span": [5, 20], "tid": 1}],
+           "kernels": [{"name": "void at::native::elementwise_kernel<4>(int)", "kind": "kernel", "stream": 7,
+                        "span": [30, 40], "linked": 2}]}
+    report = attribute(raw, frozenset({"elementwise_kernel"}), "cuda").report
+    assert not report.own_kernels and report.library_kernels[0].op == "aten::add"
+
+
+@pytest.mark.parametrize("name, base", [
+    ("void relu_kernel<float, 4>(float const*, float*, int)", "relu_kernel"),
+    ("relu_kernel(float const*, float*, int)", "relu_kernel"),
+    ("void (anonymous namespace)::fused<c10::Half>(c10::Half*)", "fused"),
+    ("_Z11relu_kernelPKfPfi", "relu_kernel"),
+    ("silu_kernel", "silu_kernel"),
+])
+def test_kernel_base_names(name, base):
+    assert kernel_base_name(name) == base
