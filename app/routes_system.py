@@ -23,7 +23,8 @@ router = APIRouter()
 
 def _problem_view(problem: Problem) -> ProblemView:
     return ProblemView(id=problem.id, name=problem.name, created_at=iso_time(problem.created_at) or "",
-                       reference=problem.reference)
+                       reference=problem.reference, profile=problem.profile or "partial",
+                       degenerate_reference=problem.degenerate_reference)
 
 
 @router.post("/v1/problems", response_model=ProblemView, status_code=201, tags=["problems"],
@@ -31,7 +32,8 @@ def _problem_view(problem: Problem) -> ProblemView:
 async def register_problem(body: ProblemCreate, request: Request, response: Response,
                            principal: Principal = Depends(authenticate)) -> ProblemView:
     """Register a reference once; its id is the sha256 of the source. Registering again is harmless."""
-    problem, created = await asyncio.to_thread(request.app.state.store.put_problem, body.reference, body.name)
+    problem, created = await asyncio.to_thread(request.app.state.store.put_problem, body.reference, body.name,
+                                               body.profile)
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/problems/{problem.id}"
     return _problem_view(problem)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from worker.models import MAX_SOURCE_BYTES, EvalOptions, EvalResult
+from worker.models import MAX_SOURCE_BYTES, EvalOptions, EvalResult, PolicyProfile
 from worker.store import JobStatus
 
 PROBLEM_ID_PATTERN = r"^[0-9a-f]{64}$"
@@ -139,6 +139,8 @@ class ProblemCreate(BaseModel):
 
     reference: str
     name: str | None = Field(default=None, max_length=200)
+    profile: PolicyProfile | None = Field(
+        default=None, description="Policy profile of this problem's jobs unless a job names one: partial or full.")
 
     @field_validator("reference")
     @classmethod
@@ -156,6 +158,10 @@ class ProblemView(BaseModel):
     name: str | None = None
     created_at: str
     reference: str
+    profile: PolicyProfile = Field(default="partial", description="Profile its jobs get unless they name one.")
+    degenerate_reference: bool | None = Field(
+        default=None, description="The reference's outputs barely depend on its inputs, as its last finished "
+                                  "evaluation measured (null: not measured yet).")
 
 
 class RewardRequest(BaseModel):

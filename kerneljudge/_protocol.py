@@ -183,8 +183,9 @@ def cancel_call(job_id: str) -> Call[Job]:
     return Call("DELETE", f"/v1/evaluations/{job_id}", parse_job)
 
 
-def register_problem_call(reference: str) -> Call[Problem]:
-    return Call("POST", "/v1/problems", parse_problem, json={"reference": reference})
+def register_problem_call(reference: str, profile: str | None = None) -> Call[Problem]:
+    body = {"reference": reference} if profile is None else {"reference": reference, "profile": profile}
+    return Call("POST", "/v1/problems", parse_problem, json=body)
 
 
 def get_problem_call(problem_id: str) -> Call[Problem]:

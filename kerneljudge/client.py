@@ -259,8 +259,10 @@ class KernelJudgeClient:
     def cancel(self, job_id: str, *, timeout: float | None = None) -> Job:
         return self._send(proto.cancel_call(job_id), self._core.deadline(timeout))
 
-    def register_problem(self, reference: str, *, timeout: float | None = None) -> Problem:
-        return self._send(proto.register_problem_call(reference), self._core.deadline(timeout))
+    def register_problem(self, reference: str, *, profile: str | None = None,
+                         timeout: float | None = None) -> Problem:
+        """Register a reference; `profile` ("partial"/"full") is its jobs' default policy profile."""
+        return self._send(proto.register_problem_call(reference, profile), self._core.deadline(timeout))
 
     def get_problem(self, problem_id: str, *, timeout: float | None = None) -> Problem:
         return self._send(proto.get_problem_call(problem_id), self._core.deadline(timeout))
@@ -391,8 +393,9 @@ class AsyncKernelJudgeClient:
     async def cancel(self, job_id: str, *, timeout: float | None = None) -> Job:
         return await self._send(proto.cancel_call(job_id), self._core.deadline(timeout))
 
-    async def register_problem(self, reference: str, *, timeout: float | None = None) -> Problem:
-        return await self._send(proto.register_problem_call(reference), self._core.deadline(timeout))
+    async def register_problem(self, reference: str, *, profile: str | None = None,
+                               timeout: float | None = None) -> Problem:
+        return await self._send(proto.register_problem_call(reference, profile), self._core.deadline(timeout))
 
     async def get_problem(self, problem_id: str, *, timeout: float | None = None) -> Problem:
         return await self._send(proto.get_problem_call(problem_id), self._core.deadline(timeout))

@@ -264,9 +264,8 @@ class DeviceStage:
         candidate.request("save_timed", deadline, tag="adaptive")
         ref_stats = timing_stats.summarize(ref_reply["device_ms"])
         cand_stats = timing_stats.summarize(cand_reply["device_ms"])
-        # Fixed-count runs timed from outside each child: a check on the children's own numbers.
-        # Both sides do exactly the same per-iteration work (flush, syncs, output snapshot), so
-        # the reference's outside time minus its own reported time is the harness overhead.
+        # Fixed-count runs, a second look at each side whose outputs are re-checked (KJ-R02); their
+        # outside wall time is reported, not judged (it moves with whatever else shares the host).
         n_ref = self._fixed_runs(ref_stats.median_ms)
         n_cand = self._fixed_runs(cand_stats.median_ms)
         ref_fixed, ref_wall = self._time(reference, deadline, fixed_runs=n_ref)
@@ -276,8 +275,7 @@ class DeviceStage:
         tampered = [*cand_reply.get("tampered", []), *cand_fixed.get("tampered", [])]
         speedup = ref_stats.median_ms / cand_stats.median_ms if cand_stats.median_ms > 0 else float("inf")
         method = "cuda_events+l2_flush+device_sync" if self.options.device == Device.cuda else "host_clock"
-        cand_host = timing_stats.summarize(cand_reply["host_ms"])
-        host_median = cand_host.median_ms
+        host_median = timing_stats.summarize(cand_reply["host_ms"]).median_ms
         timing = TimingReport(
             method=method, device=(self.builder.environment.gpu_name if self.builder.environment else None)
             or self.options.device.value,
@@ -288,12 +286,11 @@ class DeviceStage:
         observations = self._observations(
             report, tampered=tampered, timed_outputs_ok=ok, timed_outputs_message=message,
             candidate_device_median_ms=cand_stats.median_ms, candidate_device_std_ms=cand_stats.std_ms,
-            candidate_host_median_ms=host_median, candidate_host_std_ms=cand_host.std_ms,
-            reference_host_median_ms=timing_stats.summarize(ref_reply["host_ms"]).median_ms,
-            candidate_external_ms=cand_wall * 1e3 / (n_cand + 3),
-            reference_external_ms=ref_wall * 1e3 / (n_ref + 3), speedup=speedup, min_bytes=out_bytes,
+            speedup=speedup, min_bytes=out_bytes,
         )
         self.builder.extra["timing_runs"] = {"reference_fixed": n_ref, "candidate_fixed": n_cand,
+                                             "reference_outside_ms_per_run": round(ref_wall * 1e3 / (n_ref + 3), 4),
+                                             "candidate_outside_ms_per_run": round(cand_wall * 1e3 / (n_cand + 3), 4),
                                              "reference_stopped_by": ref_reply.get("stopped_by"),
                                              "candidate_stopped_by": cand_reply.get("stopped_by")}
         return timing, observations

@@ -26,12 +26,6 @@ class Observations:
     timed_outputs_message: str | None = None
     candidate_device_median_ms: float | None = None
     candidate_device_std_ms: float = 0.0
-    candidate_host_median_ms: float | None = None
-    candidate_host_std_ms: float = 0.0
-    reference_host_median_ms: float | None = None
-    # Per-iteration wall time of the fixed-count runs, seen from the supervisor.
-    candidate_external_ms: float | None = None
-    reference_external_ms: float | None = None
     speedup: float | None = None
     # Kernel attribution of one forward call (None: not measured).
     attribution: Attribution | None = None
@@ -107,6 +101,9 @@ def _stream_and_clock_rules(obs: Observations) -> list[RuleHit]:
                     "escapes the timer (join side streams back with current_stream().wait_stream)",
             evidence=f"still running after forward: {_names(attribution.report.escaped_kernels)}",
         ))
+    # The reported (event-timed) median against the GPU time the profiler saw the forward's kernels
+    # take: both are device clocks, so CPU load and other jobs on the host do not move the check.
+    # (An outside wall clock was tried too: under concurrent jobs it flagged honest kernels.)
     dev, noise = obs.candidate_device_median_ms, NOISE_SIGMAS * obs.candidate_device_std_ms
     if attribution and dev is not None and attribution.forward_gpu_ms > 0:
         gpu = attribution.forward_gpu_ms
@@ -115,20 +112,6 @@ def _stream_and_clock_rules(obs: Observations) -> list[RuleHit]:
                 rule="KJ-R04-timing-disagrees-with-wall-clock", severity="flag",
                 message="the candidate's reported time is far below the GPU time its kernels took",
                 evidence=f"reported median {dev:.4f} ms, kernels busy {gpu:.4f} ms in a traced call",
-            ))
-            return hits
-    host, ext_c, ext_r, ref_host = (obs.candidate_host_median_ms, obs.candidate_external_ms,
-                                    obs.reference_external_ms, obs.reference_host_median_ms)
-    if None not in (host, ext_c, ext_r, ref_host):
-        # Both sides pay the same harness cost per iteration (flush, syncs, IPC): the reference's
-        # outside time minus its own host-clock time. Launch overhead is inside both clocks.
-        seen = ext_c - max(ext_r - ref_host, 0.0)
-        if host < CLOCK_RATIO * seen and seen - host > max(CLOCK_MIN_GAP_MS, NOISE_SIGMAS * obs.candidate_host_std_ms):
-            hits.append(RuleHit(
-                rule="KJ-R04-timing-disagrees-with-wall-clock", severity="flag",
-                message="the candidate's reported time is far below the time measured from outside its process",
-                evidence=f"reported {host:.4f} ms/iter (host clock), outside clock {seen:.4f} ms/iter "
-                         "after harness overhead",
             ))
     return hits
 

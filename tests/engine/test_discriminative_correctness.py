@@ -262,3 +262,13 @@ def test_a_relu_written_into_its_input_is_flagged(run_eval):
     assert {"KJ-R13-input-mutated", "KJ-R14-output-aliases-input"} <= rules
     assert result.flagged and result.reward == 0.0
     assert "values changed" in result.correctness.inputs.mutated[0]
+
+
+def test_a_constant_reference_is_reported_and_the_exact_answer_is_not_penalised(run_eval):
+    from benchmarks.redteam.corpus import load_corpus
+
+    case = next(c for c in load_corpus() if c.id == "c2_near_constant_output")  # tanh(x + 50) == 1.0
+    result = run_eval(case.reference_source, case.candidate_source)
+    assert result.status == EvalStatus.ok and not result.rules, result.rules
+    assert result.correctness.degenerate_reference
+    assert "does not depend on its inputs" in result.correctness.discrimination.message

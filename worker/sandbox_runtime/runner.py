@@ -35,6 +35,7 @@ from .loader import (
 )
 from .shape_variant import input_bytes, input_shapes, wider_batch_plans
 
+INPUT_CHECK_TRIALS = 2
 REQUIRED_NAMES = {"reference": ("Model", "get_inputs", "get_init_inputs"), "candidate": ("ModelNew",)}
 
 
@@ -132,7 +133,7 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, what) from exc
 
-    def _checked_call(self, args: list, what: str) -> dict:
+    def _checked_call(self, args: list, what: str, keep_inputs: bool) -> dict:
         """A candidate call that also reports outputs sharing memory with an input and the inputs
         as forward left them (the supervisor compares them with its own copies)."""
         try:
@@ -143,7 +144,8 @@ class Runner:
             stored["aliases"] = aliased_outputs(out, args)
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, what) from exc
-        stored["inputs_after"] = [torch.Tensor.clone(a).cpu() if type(a) is torch.Tensor else None for a in args]
+        if keep_inputs:
+            stored["inputs_after"] = [torch.Tensor.clone(a).cpu() if type(a) is torch.Tensor else None for a in args]
         return stored
 
     def _poison(self, nbytes: int) -> None:
@@ -246,8 +248,10 @@ class Runner:
         results = []
         for index, args in enumerate(data["trials"]):
             self._poison(command.get("poison_bytes", 0))
+            # The inputs as forward left them go back for the first trials only: a candidate that
+            # writes into its inputs does so on every call, and inputs can be large.
             results.append(self._checked_call(to_device(clone_args(args), self.device),
-                                              f"in ModelNew.forward (trial {index})"))
+                                              f"in ModelNew.forward (trial {index})", index < INPUT_CHECK_TRIALS))
         self.pool = [to_device(a, self.device) for a in data["pool"]]
         # Last, and failures kept as results: a candidate that breaks on another shape is judged
         # for that (KJ-R09), not reported as a crash.

@@ -31,7 +31,7 @@ from .records import (
     NewJob,
     Problem,
 )
-from .schema import Base, JobRow, ProblemRow
+from .schema import Base, JobRow, ProblemRow, add_missing_columns
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ class JobStore:
         self.engine = _make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         Base.metadata.create_all(self.engine)
+        add_missing_columns(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -120,27 +121,41 @@ class JobStore:
 
     # ---- problems -------------------------------------------------------------------------
 
-    def put_problem(self, reference: str, name: str | None = None) -> tuple[Problem, bool]:
-        """Register a reference; returns (problem, created). The id is sha256(reference)."""
+    def put_problem(self, reference: str, name: str | None = None,
+                    profile: str | None = None) -> tuple[Problem, bool]:
+        """Register a reference; returns (problem, created). The id is sha256(reference).
+        Registering again keeps the problem and updates its profile when one is given."""
         pid = problem_id_for(reference)
         existing = self.get_problem(pid)
         if existing is not None:
+            if profile is not None and profile != existing.profile:
+                self._update_problem(pid, profile=profile)
+                existing.profile = profile
             return existing, False
         now = time.time()
         try:
             with self._session() as s, s.begin():
-                s.add(ProblemRow(id=pid, reference=reference, name=name, created_at=now))
+                s.add(ProblemRow(id=pid, reference=reference, name=name, created_at=now, profile=profile))
         except IntegrityError:
             found = self.get_problem(pid)
             if found is None:
                 raise
             return found, False
-        return Problem(pid, reference, name, now), True
+        return Problem(pid, reference, name, now, profile), True
 
     def get_problem(self, problem_id: str) -> Problem | None:
         with self._session() as s:
             row = s.get(ProblemRow, problem_id)
-            return Problem(row.id, row.reference, row.name, row.created_at) if row else None
+            return Problem(row.id, row.reference, row.name, row.created_at, row.profile,
+                           row.degenerate_reference) if row else None
+
+    def note_degenerate_reference(self, problem_id: str, degenerate: bool) -> None:
+        """Record what an evaluation measured about the problem's reference."""
+        self._update_problem(problem_id, degenerate_reference=degenerate)
+
+    def _update_problem(self, problem_id: str, **values: Any) -> None:
+        with self._session() as s, s.begin():
+            s.execute(update(ProblemRow).where(ProblemRow.id == problem_id).values(**values))
 
     # ---- submission and reads -------------------------------------------------------------
 

@@ -80,6 +80,8 @@ class Problem:
     reference: str
     name: str | None
     created_at: float
+    profile: str | None = None
+    degenerate_reference: bool | None = None
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from worker.models import ErrorInfo, EvalOptions, EvalRequest, EvalResult, EvalStatus
 
 from .jobs import JobStore
-from .records import Job
+from .records import Job, Problem
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,16 @@ def extraction_failure_result(options: dict[str, Any], message: str) -> dict[str
     return result.model_dump(mode="json")
 
 
-def build_request(job: Job, reference: str, identity: WorkerIdentity) -> EvalRequest:
+def build_request(job: Job, problem: Problem, identity: WorkerIdentity) -> EvalRequest:
     options = dict(job.submission.get("options") or {})
     # The worker decides the device: a job runs where it was scheduled.
     options["device"] = identity.device
-    return EvalRequest(reference=reference, candidate=job.submission["candidate"], options=options)
+    # A job that names no policy profile gets its problem's.
+    policy = dict(options.get("policy") or {})
+    if policy.get("profile") is None and problem.profile is not None:
+        policy["profile"] = problem.profile
+        options["policy"] = policy
+    return EvalRequest(reference=problem.reference, candidate=job.submission["candidate"], options=options)
 
 
 def call_engine(request: EvalRequest, identity: WorkerIdentity, on_stage: Callable[[str], None]) -> EvalResult:
@@ -90,7 +95,7 @@ def run_claimed_job(store: JobStore, job: Job, identity: WorkerIdentity) -> Job 
         store.fail(job.id, f"problem {job.problem_id} is not in the store", attempt=attempt)
         return store.get(job.id)
     try:
-        request = build_request(job, problem.reference, identity)
+        request = build_request(job, problem, identity)
     except (ValidationError, KeyError) as exc:
         store.fail(job.id, f"stored submission is not a valid evaluation request: {exc}", attempt=attempt)
         return store.get(job.id)
@@ -112,4 +117,6 @@ def run_claimed_job(store: JobStore, job: Job, identity: WorkerIdentity) -> Job 
         payload.setdefault("extra", {})["extraction"] = extraction
     if not store.finish(job.id, attempt, payload, result.status.value):
         log.warning("job %s changed state while attempt %d ran; its result was not stored", job.id, attempt)
+    elif result.correctness is not None:
+        store.note_degenerate_reference(problem.id, result.correctness.degenerate_reference)
     return store.get(job.id)

@@ -7,7 +7,7 @@ Timestamps are UNIX seconds (float): portable, and converted to ISO 8601 at the 
 
 from __future__ import annotations
 
-from sqlalchemy import Float, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, Engine, Float, Index, Integer, String, Text, UniqueConstraint, inspect, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -56,3 +56,23 @@ class ProblemRow(Base):
     reference: Mapped[str] = mapped_column(Text, nullable=False)
     name: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[float] = mapped_column(Float, nullable=False)
+    # The policy profile its jobs get when they do not choose one (None: partial).
+    profile: Mapped[str | None] = mapped_column(String(16))
+    # Whether the reference's outputs barely depend on its inputs, as the last evaluation measured
+    # (None: not measured yet).
+    degenerate_reference: Mapped[bool | None] = mapped_column(Boolean)
+
+
+def add_missing_columns(engine: Engine) -> None:
+    """create_all() makes missing tables, not missing columns: add the nullable columns a newer
+    version defines to a store an older version created, so its data survives the upgrade."""
+    inspector = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        if not inspector.has_table(table.name):
+            continue
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present and column.nullable:
+                kind = column.type.compile(dialect=engine.dialect)
+                with engine.begin() as conn:
+                    conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))

@@ -1,0 +1,235 @@
+"""Fidelity benchmark: the engine's verdicts on real LLM-written kernels against a plain check.
+
+For each (reference, candidate) pair of a corpus (default: ../shared/corpora/kernelbench-sft, read
+at run time) it runs the whole engine (sandbox, attribution, correctness, timing) and, apart, an
+independent plain check (benchmarks/fidelity_check.py: both modules in one process, identical
+inputs, allclose at the problem's tolerance). A pair agrees when the engine accepts (ok, not
+flagged: a positive reward) exactly when the plain check finds the candidate correct.
+
+Phases, resumable across calls (rows are appended to --jsonl as pairs finish):
+  build   validate and build every candidate (CPU cores, no GPU needed), filling the build cache
+  eval    evaluate the pairs not yet in --jsonl, with the plain check beside each
+  report  write the markdown table and summary to --out
+  python -m benchmarks.fidelity --phases build,eval,report --jsonl data/fid.jsonl --out results.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from worker import engine
+from worker.models import Device, EvalOptions, EvalRequest, EvalResult, EvalStatus
+from worker.settings import EngineSettings
+
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "kernelbench-sft"
+CHECK_TIMEOUT_S = 600
+STARTED = time.monotonic()
+
+
+@dataclass
+class Pair:
+    id: str
+    category: str
+    reference: Path
+    candidate: Path
+
+
+def load_pairs(corpus: Path, ids: list[str] | None, limit: int | None) -> list[Pair]:
+    with open(corpus / "MANIFEST.tsv") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    pairs = [Pair(row["id"], row["category"], corpus / "problems" / f"{row['problem']}.py", corpus / row["file"])
+             for row in rows if not ids or row["id"] in ids]
+    return pairs[:limit] if limit else pairs
+
+
+def _request(pair: Pair, args) -> EvalRequest:
+    options = EvalOptions(device=Device(args.device), trials=args.trials, timing=True,
+                          timing_budget_s=args.timing_budget, timing_max_runs=args.timing_max_runs)
+    return EvalRequest(reference=pair.reference.read_text(), candidate=pair.candidate.read_text(), options=options)
+
+
+def build_all(pairs: list[Pair], args, settings: EngineSettings) -> None:
+    def build(pair: Pair) -> str:
+        start = time.monotonic()
+        prepared = engine.prepare(_request(pair, args), settings=settings)
+        if isinstance(prepared, EvalResult):
+            return f"{pair.id}: {prepared.status.value} ({time.monotonic() - start:.1f} s)"
+        path = (prepared.builder.extra.get("build") or {}).get("path", "?")
+        prepared.discard()
+        return f"{pair.id}: built ({path}, {time.monotonic() - start:.1f} s)"
+
+    with ThreadPoolExecutor(args.build_jobs) as pool:
+        for line in pool.map(build, pairs):
+            print("build", line, flush=True)
+
+
+def plain_check(pair: Pair, ext_dir: Path | None, args) -> dict:
+    command = [sys.executable, "-m", "benchmarks.fidelity_check", str(pair.reference), str(pair.candidate),
+               "--device", args.device, "--trials", "3"]
+    if ext_dir is not None:
+        command += ["--ext-dir", str(ext_dir)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
+                              cwd=Path(__file__).resolve().parents[1])
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if lines:
+            return json.loads(lines[-1])
+        return {"correct": False, "max_abs_error": None, "message": f"check crashed: {done.stderr[-300:]}"}
+    except subprocess.TimeoutExpired:
+        return {"correct": False, "max_abs_error": None, "message": "check timed out"}
+
+
+def evaluate_pair(pair: Pair, args, settings: EngineSettings) -> dict:
+    start = time.monotonic()
+    prepared = engine.prepare(_request(pair, args), settings=settings)
+    ext_dir = None if isinstance(prepared, EvalResult) else prepared.ext_dir
+    result = prepared if isinstance(prepared, EvalResult) else engine.execute(prepared, settings=settings)
+    engine_s = time.monotonic() - start
+    independent = plain_check(pair, ext_dir, args)
+    coverage = result.coverage
+    return {
+        "id": pair.id, "category": pair.category, "status": result.status.value, "flagged": result.flagged,
+        "reward": round(result.reward, 4), "speedup": result.speedup,
+        "coverage": coverage.share if coverage else None,
+        "own_kernels": [k.name for k in coverage.own_kernels] if coverage else [],
+        "library_kernels": [f"{k.name[:60]} ({k.share:.0%})" for k in coverage.library_kernels[:3]] if coverage else [],
+        "rules": [{"rule": h.rule, "severity": h.severity, "evidence": (h.evidence or h.message)[:300]}
+                  for h in result.rules],
+        "error": (result.error.message[:300] if result.error else None),
+        "degenerate": bool(result.correctness and result.correctness.degenerate_reference),
+        "precision": result.correctness.precision.model_dump() if result.correctness and result.correctness.precision
+        else None,
+        "build": result.extra.get("build"), "stages": result.stages, "engine_s": round(engine_s, 1),
+        "independent": independent,
+        "gpu": result.environment.gpu_name if result.environment else None,
+    }
+
+
+def eval_all(pairs: list[Pair], args, settings: EngineSettings) -> None:
+    done = {row["id"] for row in _rows(args.jsonl)}
+    todo = [pair for pair in pairs if pair.id not in done]
+    print(f"eval: {len(todo)} pairs to go ({len(done)} done before)", flush=True)
+    deadline = STARTED + args.eval_budget_s if args.eval_budget_s else None
+
+    def run(pair: Pair) -> dict | None:
+        if deadline is not None and time.monotonic() > deadline:
+            return None  # left for the next call
+        return evaluate_pair(pair, args, settings)
+
+    with ThreadPoolExecutor(args.eval_jobs) as pool, open(args.jsonl, "a") as out:
+        for row in pool.map(run, todo):
+            if row is None:
+                continue
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(f"eval {row['id']}: {row['status']}{' flagged' if row['flagged'] else ''} reward {row['reward']} "
+                  f"independent {'correct' if row['independent']['correct'] else 'incorrect'} "
+                  f"({row['engine_s']} s)", flush=True)
+
+
+def _rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["id"]] = row
+    return sorted(rows.values(), key=lambda r: r["id"])
+
+
+def accepted(row: dict) -> bool:
+    return row["status"] == EvalStatus.ok.value and not row["flagged"]
+
+
+def explain(row: dict) -> str:
+    if row["rules"]:
+        return "; ".join(f"{h['rule']} ({h['severity']}): {h['evidence']}" for h in row["rules"])
+    if row["error"]:
+        return row["error"]
+    return f"engine {row['status']}, plain check: {row['independent'].get('message')}"
+
+
+def report(args, command: str) -> str:
+    rows = _rows(args.jsonl)
+    agree = [row for row in rows if accepted(row) == bool(row["independent"]["correct"])]
+    gpu = next((row["gpu"] for row in rows if row.get("gpu")), "?")
+    lines = [
+        f"# Fidelity: engine verdicts vs an independent plain check ({datetime.now(timezone.utc):%Y-%m-%d})",
+        "",
+        f"- Device: {gpu}; host {platform.node()}; python {platform.python_version()}",
+        f"- Command: `{command}`",
+        f"- Corpus: {args.corpus} ({len(rows)} pairs evaluated)",
+        "- Agreement: engine accepts (ok, not flagged) exactly when the plain check (same inputs, allclose at the "
+        "problem's tolerance) finds the candidate correct.",
+        "",
+        f"**Agreement: {len(agree)}/{len(rows)} ({len(agree) / max(len(rows), 1):.1%})**",
+        "",
+    ]
+    honest_zero = [row for row in rows if row["independent"]["correct"] and row["reward"] <= 0]
+    lines.append(f"Independently correct but reward 0: {len(honest_zero)}")
+    lines += ["", "## Disagreements", ""]
+    for row in rows:
+        if row not in agree:
+            side = "engine rejects/flags, plain check correct" if row["independent"]["correct"] \
+                else "engine accepts, plain check incorrect"
+            lines.append(f"- {row['id']} ({side}): {explain(row)}")
+    lines += ["", "## Pairs", "",
+              "| id | cat | engine | reward | speedup | coverage | own kernels | library kernels | rules | plain | "
+              "build | s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        verdict = row["status"] + (" (flagged)" if row["flagged"] else "")
+        rules = ", ".join(h["rule"].split("-")[0] + "-" + h["rule"].split("-")[1] for h in row["rules"]) or ""
+        cov = "" if row["coverage"] is None else f"{row['coverage']:.2f}"
+        speed = "" if row["speedup"] is None else f"{row['speedup']:.2f}"
+        plain = "correct" if row["independent"]["correct"] else "incorrect"
+        build = (row.get("build") or {}).get("path", "")
+        lines.append(f"| {row['id']} | {row['category']} | {verdict} | {row['reward']} | {speed} | {cov} | "
+                     f"{', '.join(row['own_kernels'])[:60]} | {', '.join(row['library_kernels'])[:90]} | {rules} | "
+                     f"{plain} | {build} | {row['engine_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--phases", default="build,eval,report")
+    parser.add_argument("--ids", nargs="*")
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--timing-budget", type=float, default=0.5)
+    parser.add_argument("--timing-max-runs", type=int, default=500)
+    parser.add_argument("--build-jobs", type=int, default=max((os.cpu_count() or 2) - 2, 1))
+    parser.add_argument("--eval-jobs", type=int, default=4)
+    parser.add_argument("--eval-budget-s", type=float, default=0.0,
+                        help="start no new pair this long after the benchmark started (0: no limit)")
+    parser.add_argument("--jsonl", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    settings = EngineSettings.from_env()
+    pairs = load_pairs(args.corpus, args.ids, args.limit)
+    phases = args.phases.split(",")
+    if "build" in phases:
+        build_all(pairs, args, settings)
+    if "eval" in phases:
+        eval_all(pairs, args, settings)
+    if "report" in phases and args.out:
+        args.out.write_text(report(args, "python -m benchmarks.fidelity " + " ".join(sys.argv[1:])))
+        print(args.out.read_text().split("## Pairs")[0])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
