@@ -19,7 +19,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -168,7 +167,7 @@ def report(args, command: str) -> str:
     lines = [
         f"# Fidelity: engine verdicts vs an independent plain check ({datetime.now(timezone.utc):%Y-%m-%d})",
         "",
-        f"- Device: {gpu}; host {platform.node()}; python {platform.python_version()}",
+        f"- Device: {gpu}",
         f"- Command: `{command}`",
         f"- Corpus: {args.corpus} ({len(rows)} pairs evaluated)",
         "- Agreement: engine accepts (ok, not flagged) exactly when the plain check (same inputs, allclose at the "

@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reward-preset", default="default")
     parser.add_argument("--disable-rule", action="append", default=[], metavar="RULE",
                         help="switch a policy or runtime rule off for this run (full id or short number, "
-                             "e.g. KJ114 or KJ-R09); repeatable")
+                             "e.g. KJ301 or KJ-R09); repeatable")
+    parser.add_argument("--profile", choices=["partial", "full"],
+                        help="policy profile: partial (default) or full (every compute kernel must be the candidate's)")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -62,7 +64,10 @@ def summary(result: EvalResult) -> str:
             lines.append(f"shapes:    {state}{where}" + (f"  {shape.message}" if shape.message else ""))
     if result.coverage:
         c = result.coverage
-        lines.append(f"coverage:  {c.share:.1%} of forward time outside PyTorch compute ({c.method})")
+        own = ", ".join(k.name for k in c.own_kernels[:3]) or "none"
+        lines.append(f"coverage:  {c.share:.1%} of compute time in own kernels ({own}; {c.method})")
+        if c.library_kernels:
+            lines.append("library:   " + ", ".join(f"{k.name[:50]} {k.share:.0%}" for k in c.library_kernels[:3]))
     if result.timing:
         t = result.timing
         lines.append(f"timing:    {t.method} on {t.device}")
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device, trials=args.trials, seed=args.seed, atol=args.atol, rtol=args.rtol,
         timing=not args.no_timing, timing_budget_s=args.timing_budget, backend=args.backend,
         sandbox=args.sandbox, reward_preset=args.reward_preset,
-        policy=PolicyConfig(disabled_rules=args.disable_rule),
+        policy=PolicyConfig(disabled_rules=args.disable_rule, profile=args.profile),
     )
     request = EvalRequest(reference=_read(args.reference), candidate=_read(args.candidate), options=options)
     progress = None if args.json else (lambda stage: print(f"... {stage}", file=sys.stderr, flush=True))

@@ -23,3 +23,18 @@ def test_summary_shows_the_shape_trial_and_disable_rule_switches_it_off(tmp_path
     allowed = capsys.readouterr().out
     assert "verdict:   ok\n" in allowed
     assert "shapes:    not run" in allowed and "KJ-R09" in allowed
+
+
+def test_the_profile_option_reaches_the_engine(tmp_path, capsys, monkeypatch, settings):
+    from tests.engine.test_runtime_rules import HIDDEN_TABLE
+
+    monkeypatch.setenv("KERNELJUDGE_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "ref.py").write_text(SILU_REFERENCE)
+    (tmp_path / "cand.py").write_text(HIDDEN_TABLE)
+    files = [str(tmp_path / "ref.py"), str(tmp_path / "cand.py"), "--no-timing", "--trials", "2"]
+
+    assert main(["eval", *files]) == 0
+    partial = capsys.readouterr().out
+    assert "verdict:   ok\n" in partial and "library:   aten::" in partial
+    assert main(["eval", *files, "--profile", "full"]) == 0
+    assert "KJ-R11-library-compute" in capsys.readouterr().out
