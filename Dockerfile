@@ -34,9 +34,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_BREAK_SYSTEM_PACKAGES=1 \
     KERNELJUDGE_DATA_DIR=/data
 
-# bubblewrap: the sandbox. procps: ps for debugging a stuck worker.
+# bubblewrap: the sandbox. procps: ps for debugging a stuck worker. g++ and binutils: CUDA builds (nvcc's
+# host compiler, nm and ld for the fast build). clang-22, where the base's Debian has it (bookworm-security
+# does): the fast build's host compiler (~3 s per candidate instead of ~12 s with g++); without it, g++.
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap procps \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap procps g++ binutils \
+    && (DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends clang-22 \
+        || echo "clang-22 is not available on this base: fast CUDA builds use g++") \
     && rm -rf /var/lib/apt/lists/*
 
 # triton too is kept when the base has it: a CUDA torch pins the triton it was built with.

@@ -39,4 +39,10 @@ if ! "$py" -c "import torch" 2>/dev/null; then
 fi
 "$py" -m pip install --quiet "triton==${KERNELJUDGE_TRITON_VERSION:-3.6.0}"
 "$py" -m pip install --quiet -e ".[$extra]"
+if [ "$extra" = dev ]; then
+    # nvcc for building CUDA candidates without a CUDA install (tests/build): NVIDIA's pip wheels. The
+    # CPU torch wheel lacks one generated header; worker/cuda_build/support/ has a stub for it.
+    "$py" -m pip install --quiet nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
+        nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
+fi
 echo "setup: ready ($("$py" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))" >&2

@@ -122,12 +122,15 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
                 limit_s=options.limits.build_s, sandbox=options.sandbox, torch_version=_torch_version())
         except UserFailure as failure:
             prepared.discard()
+            if isinstance(failure, build.BuildFailure) and failure.record is not None:
+                builder.extra["build"] = failure.record.summary()
             return builder.candidate_failure(failure, during="build")
         except SandboxUnavailable as exc:
             prepared.discard()
             return builder.fail(EvalStatus.sandbox_error, "sandbox_unavailable", str(exc))
     builder.compiled = True
     builder.extra["build_cached"] = outcome.cached
+    builder.extra["build"] = outcome.record.summary()  # {"path": fast|full, "reason", "seconds"}
     prepared.ext_dir = outcome.ext_dir
     return prepared
 
