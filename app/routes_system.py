@@ -8,13 +8,24 @@ import logging
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 
 from worker.store import Problem
 from worker.store.records import iso_time
 
 from .auth import Principal, authenticate
-from .schemas import PROBLEM_ID_PATTERN, Health, ProblemCreate, ProblemView, Readiness
-from .views import not_found
+from .schemas import (
+    PROBLEM_ID_PATTERN,
+    Health,
+    ItemError,
+    ProblemBatchCreate,
+    ProblemBatchItem,
+    ProblemBatchResponse,
+    ProblemCreate,
+    ProblemView,
+    Readiness,
+)
+from .views import clean_errors, not_found
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +48,37 @@ async def register_problem(body: ProblemCreate, request: Request, response: Resp
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/problems/{problem.id}"
     return _problem_view(problem)
+
+
+@router.post("/v1/problems:batch", response_model=ProblemBatchResponse, tags=["problems"],
+             responses={422: {"description": "Too many items, or not a list of items"}})
+async def register_problems(body: ProblemBatchCreate, request: Request,
+                            principal: Principal = Depends(authenticate)) -> ProblemBatchResponse:
+    """Register many references at once (a whole problem set); a bad item gets an inline error and the
+    others are registered. Idempotent like POST /v1/problems."""
+    limit = request.app.state.settings.max_batch_items
+    if len(body.items) > limit:
+        raise HTTPException(422, [{"type": "too_long", "loc": ["body", "items"],
+                                   "msg": f"at most {limit} items per batch; split the batch"}])
+    store = request.app.state.store
+
+    def register_all() -> list[ProblemBatchItem]:
+        out: list[ProblemBatchItem] = []
+        for index, raw in enumerate(body.items):
+            try:
+                item = ProblemCreate.model_validate(raw)
+            except ValidationError as exc:
+                detail = clean_errors(exc, ("body", "items", index))
+                out.append(ProblemBatchItem(index=index, error=ItemError(status=422, detail=detail)))
+                continue
+            problem, created = store.put_problem(item.reference, item.name, item.profile)
+            out.append(ProblemBatchItem(index=index, problem=_problem_view(problem), created=created))
+        return out
+
+    items = await asyncio.to_thread(register_all)
+    registered = [item for item in items if item.problem is not None]
+    return ProblemBatchResponse(registered=len(registered), created=sum(bool(item.created) for item in registered),
+                                rejected=len(items) - len(registered), items=items)
 
 
 @router.get("/v1/problems/{problem_id}", response_model=ProblemView, tags=["problems"],

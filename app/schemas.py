@@ -164,6 +164,29 @@ class ProblemView(BaseModel):
                                   "evaluation measured (null: not measured yet).")
 
 
+class ProblemBatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="Problem bodies as for POST /v1/problems; each is validated on its own.",
+    )
+
+
+class ProblemBatchItem(BaseModel):
+    index: int
+    problem: ProblemView | None = None
+    created: bool | None = Field(default=None, description="True when this call registered it, false when known.")
+    error: ItemError | None = None
+
+
+class ProblemBatchResponse(BaseModel):
+    registered: int = Field(description="Items now registered (new or already known).")
+    created: int = Field(description="Items this call registered for the first time.")
+    rejected: int
+    items: list[ProblemBatchItem]
+
+
 class RewardRequest(BaseModel):
     """OpenRLHF remote reward body. `query` holds the completions (prompt + response or response)."""
 

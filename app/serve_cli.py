@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="redis://... : send jobs to `kerneljudge worker` processes instead of local threads")
     parser.add_argument("--open", action="store_true",
                         help="no API keys (only allowed with a loopback --host)")
+    parser.add_argument("--problems", action="append", default=[], metavar="NAME",
+                        help="register a bundled problem set at start: `all`, a kernel class or a problem "
+                             "(repeatable; `kerneljudge problems list` shows them)")
     parser.add_argument("--log-level", default="info")
 
 
@@ -57,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
               "(or KERNELJUDGE_API_KEYS_FILE), or pass --open on a loopback address", file=sys.stderr)
         return 2
 
+    try:
+        library_problems = _library_problems(args.problems)
+    except ValueError as exc:
+        print(f"kerneljudge serve: --problems: {exc}", file=sys.stderr)
+        return 2
+
     if not settings.broker_url and os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
         # Embedded workers run here: make sure the sandbox works before accepting jobs.
         from worker.sandbox import SandboxUnavailable
@@ -77,6 +86,21 @@ def run(args: argparse.Namespace) -> int:
     from .main import create_app
 
     app = create_app(settings)
+    if library_problems:
+        from worker.problem_library.register import register_in_store
+
+        created = register_in_store(app.state.store, library_problems)
+        logging.getLogger(__name__).info("problem library: %d problems registered (%d new) from %s",
+                                         len(library_problems), created, ", ".join(args.problems))
     # One process: the embedded workers live in it (several uvicorn workers would multiply them).
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
     return 0
+
+
+def _library_problems(names: list[str]) -> tuple:
+    """The bundled problems named by --problems (none when not given); ValueError names the known sets."""
+    if not names:
+        return ()
+    from worker.problem_library.catalog import select
+
+    return select(names)

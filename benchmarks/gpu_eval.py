@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu_eval --device cuda --repeats 5 --out benchmarks/results/gpu_eval.md
 
-For every problem in benchmarks/problems/: the honest Triton and CUDA candidates are
+For every problem in the problem library (worker/problem_library/): the honest Triton and CUDA candidates are
 evaluated `--repeats` times (the spread of their speedup over repeated evaluations is the
 timing noise a trainer sees), the wrong ones once. All CUDA builds run first, in parallel on
 CPU threads with no GPU visible (as the service does), then every device stage runs one at a
@@ -23,11 +23,12 @@ from pathlib import Path
 
 from worker import engine
 from worker.models import Device, EvalOptions, EvalRequest, EvalResult
+from worker.problem_library.catalog import LIBRARY_DIR
 from worker.sandbox.bwrap import gpu_device_nodes
 from worker.sandbox.selfcheck import check_sandbox
 from worker.settings import EngineSettings
 
-PROBLEMS = Path(__file__).resolve().parent / "problems"
+PROBLEMS = LIBRARY_DIR
 HONEST = ("triton_ok", "cuda_ok")
 WRONG = ("triton_wrong", "cuda_wrong")
 
