@@ -68,7 +68,13 @@ class Row:
     check: dict = field(default_factory=dict)
 
 
-def candidates(corpus: Path, limit: int | None) -> list[Candidate]:
+def evenly_spaced(items: list, count: int | None) -> list:
+    if not count or count >= len(items):
+        return items
+    return [items[round(index * (len(items) - 1) / (count - 1))] for index in range(count)] if count > 1 else items[:1]
+
+
+def candidates(corpus: Path, limit: int | None, sample: int | None) -> list[Candidate]:
     found = []
     for source in sorted((corpus / "cands").glob("*.py")):
         reference = corpus / "problems" / source.name
@@ -76,7 +82,7 @@ def candidates(corpus: Path, limit: int | None) -> list[Candidate]:
     problems = next((directory for directory in PROBLEM_DIRS if directory.is_dir()), PROBLEM_DIRS[-1])
     for source in sorted(problems.glob("*/cuda_*.py")):
         found.append(Candidate(f"repo/{source.parent.name}/{source.stem}", source, source.parent / "reference.py"))
-    return found[:limit] if limit else found
+    return evenly_spaced(found[:limit] if limit else found, sample)
 
 
 def build_one(candidate: Candidate, settings: EngineSettings, build_path: str) -> PathResult:
@@ -96,8 +102,15 @@ def build_one(candidate: Candidate, settings: EngineSettings, build_path: str) -
 
 def run_phase(rows: list[Row], settings: EngineSettings, build_path: str, jobs: int) -> float:
     started = time.monotonic()
+
+    def build_and_log(row: Row) -> PathResult:
+        result = build_one(row.candidate, settings, build_path)
+        print(f"{build_path} {row.candidate.name} {result.status} {result.path} {result.seconds:.1f}s {result.reason}",
+              file=sys.stderr, flush=True)
+        return result
+
     with ThreadPoolExecutor(max_workers=jobs) as executor:
-        results = list(executor.map(lambda row: build_one(row.candidate, settings, build_path), rows))
+        results = list(executor.map(build_and_log, rows))
     for row, result in zip(rows, results, strict=True):
         if build_path == "full":
             row.full = result
@@ -113,12 +126,19 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
 
 
-def device_check(rows: list[Row], settings: EngineSettings) -> None:
-    """Evaluate each candidate with its fast build and with its full build; compare."""
+def run_seconds(result) -> float:
+    return result.stages.get("reference", 0.0) + result.stages.get("candidate", 0.0)
+
+
+def device_check(rows: list[Row], settings: EngineSettings, deadline: float, write) -> None:
+    """Evaluate each candidate with its fast build and with its full build; compare (until `deadline`)."""
     from worker.engine import evaluate
     from worker.models import EvalOptions, EvalRequest
 
     for row in rows:
+        if time.monotonic() > deadline:
+            print("device check: time budget spent; the rest is not checked", file=sys.stderr)
+            return
         if row.candidate.reference is None or row.fast.status != "built" or not row.full or row.full.status != "built":
             continue
         results = {}
@@ -126,19 +146,22 @@ def device_check(rows: list[Row], settings: EngineSettings) -> None:
             os.environ["KERNELJUDGE_BUILD_PATH"] = build_path
             request = EvalRequest(reference=row.candidate.reference.read_text(),
                                   candidate=row.candidate.source.read_text(),
-                                  options=EvalOptions(device="cuda", trials=3, timing_budget_s=1.0))
+                                  options=EvalOptions(device="cuda", trials=2, timing_budget_s=0.5))
             results[build_path] = evaluate(request, settings=settings)
         os.environ.pop("KERNELJUDGE_BUILD_PATH", None)
         fast, full = results["auto"], results["full"]
         check = {"fast_verdict": fast.status.value, "full_verdict": full.status.value,
                  "same_verdict": fast.status == full.status and fast.correct == full.correct,
-                 "fast_run_s": fast.stages.get("candidate"), "full_run_s": full.stages.get("candidate")}
+                 # reference + candidate stages: the candidate's import (its load_inline) overlaps them
+                 "fast_run_s": run_seconds(fast), "full_run_s": run_seconds(full)}
         if fast.timing and full.timing:
             ratio = fast.timing.candidate.median_ms / full.timing.candidate.median_ms
             noise = max(TIME_NOISE, 3 * max(fast.timing.candidate.rse, full.timing.candidate.rse))
             check.update(fast_ms=fast.timing.candidate.median_ms, full_ms=full.timing.candidate.median_ms,
                          ratio=ratio, same_time=abs(ratio - 1) <= noise)
         row.check = check
+        print(f"check {row.candidate.name} {check}", file=sys.stderr, flush=True)
+        write()
 
 
 def markdown(rows: list[Row], args: argparse.Namespace, walls: dict[str, float]) -> str:
@@ -196,7 +219,7 @@ def markdown(rows: list[Row], args: argparse.Namespace, walls: dict[str, float])
         rule = rule[:-1] + " --- | --- | --- | ---: | ---: | --- | --- |"
     lines += ["", "## Per candidate", "", header, rule]
     for row in rows:
-        note = (row.fast.reason or "") if row.fast.status == "built" else f"{row.fast.status}: {row.fast.error}"
+        note = row.fast.reason if row.fast.status == "built" else f"{row.fast.status}: {row.fast.reason or row.fast.error}"
         cells = [row.candidate.name, row.fast.path, f"{row.fast.seconds:.1f}"]
         if any(r.full for r in rows):
             cells.append(f"{row.full.seconds:.1f}" if row.full else "")
@@ -215,13 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="markdown table to write")
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="N candidates spread evenly over the list (a machine too slow for all of them)")
     parser.add_argument("--full-limit", type=int, default=None,
                         help="full builds for the first N candidates only (default: all)")
     parser.add_argument("--jobs", type=int, default=pool.build_slots(), help="builds at once (default: the pool's)")
     parser.add_argument("--cache", type=Path, default=None,
                         help="build cache (default: a fresh one under $KERNELJUDGE_DATA_DIR or /tmp, so all build)")
     parser.add_argument("--device-check", action="store_true", help="GPU host: compare fast and full builds on the GPU")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="stop the device check after this many seconds of the whole run (a device call's limit)")
     args = parser.parse_args(argv)
+    started = time.monotonic()
     settings = EngineSettings.from_env()
     if args.cache:
         settings.build_cache = args.cache
@@ -230,16 +258,22 @@ def main(argv: list[str] | None = None) -> int:
     if not (run_cache / "pch").exists():
         (run_cache / "pch").symlink_to(build.pch_root(settings, torch.__version__).resolve())
     settings.build_cache = run_cache
-    rows = [Row(candidate) for candidate in candidates(args.corpus, args.limit)]
+    rows = [Row(candidate) for candidate in candidates(args.corpus, args.limit, args.sample)]
     print(f"{len(rows)} candidates, {args.jobs} at a time", file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     walls = {"auto": run_phase(rows, settings, "auto", args.jobs)}
+
+    def write() -> None:  # after every phase: a run cut short still leaves its table
+        args.out.write_text(markdown(rows, args, walls))
+
+    write()
     full_rows = rows[:args.full_limit] if args.full_limit is not None else rows
     if full_rows:
         walls["full"] = run_phase(full_rows, settings, "full", args.jobs)
+        write()
     if args.device_check:
-        device_check(rows, settings)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(rows, args, walls))
+        device_check(rows, settings, started + args.budget_s if args.budget_s else float("inf"), write)
+    write()
     print(args.out.read_text())
     return 0
 

@@ -90,10 +90,14 @@ def default_build_path() -> str:
     return value
 
 
-def cache_key(candidate: str, torch_version: str, settings: EngineSettings, build_path: str = "auto") -> str:
-    """The candidate's build cache entry; a forced path (benchmarks, `kerneljudge build --full`) has its own."""
+def cache_key(candidate: str, torch_version: str, settings: EngineSettings, build_path: str = "auto",
+              sandbox: SandboxKind = SandboxKind.bwrap) -> str:
+    """The candidate's build cache entry; a forced path (benchmarks, `kerneljudge build --full`) has its own,
+    and so has an unsandboxed build (its build.ninja names host paths, which a sandboxed run would rebuild)."""
     key = build_key(candidate, torch_version, settings.cuda_arch())
-    return key if build_path == "auto" else f"{key}-{build_path}"
+    if build_path != "auto":
+        key = f"{key}-{build_path}"
+    return key if sandbox == SandboxKind.bwrap else f"{key}-{sandbox.value}"
 
 
 def trim_compiler_log(text: str, max_chars: int = MAX_LOG_CHARS) -> str:
@@ -171,7 +175,7 @@ def build_cuda_candidate(
     torch_version: str, build_path: str | None = None,
 ) -> BuildOutcome:
     build_path = build_path or default_build_path()
-    key = cache_key(candidate, torch_version, settings, build_path)
+    key = cache_key(candidate, torch_version, settings, build_path, sandbox)
     ext_dir = settings.build_cache / key
     settings.build_cache.mkdir(parents=True, exist_ok=True)
     try:

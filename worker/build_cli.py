@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
         settings.cuda_arch_list = args.arch
     build_path = "full" if args.full else "auto"
     if args.rebuild:
-        shutil.rmtree(settings.build_cache / cache_key(candidate, torch.__version__, settings, build_path),
-                      ignore_errors=True)
+        key = cache_key(candidate, torch.__version__, settings, build_path, SandboxKind(args.sandbox))
+        shutil.rmtree(settings.build_cache / key, ignore_errors=True)
     result: dict = {"candidate": str(args.candidate)}
     try:
         outcome = build_cuda_candidate(args.candidate.resolve(), candidate, settings=settings,

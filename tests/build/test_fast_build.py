@@ -34,8 +34,10 @@ def only_extension(outcome) -> dict:
 
 
 def test_plain_candidate_takes_the_fast_path_and_ninja_sees_it_up_to_date(build_settings, tmp_path):
-    # Unsandboxed, so that build.ninja names real paths and ninja can be asked from here.
-    outcome = build_candidate(build_settings, tmp_path, candidates.PLAIN, sandbox=SandboxKind.none)
+    # Unsandboxed, so that build.ninja names real paths and ninja can be asked from here (an unsandboxed
+    # build has a cache entry of its own: other tests build PLAIN in the sandbox).
+    source = candidates.PLAIN
+    outcome = build_candidate(build_settings, tmp_path, source, sandbox=SandboxKind.none)
     assert outcome.record.summary()["path"] == "fast", outcome.record
     extension = only_extension(outcome)
     assert extension["abi_check"] == "loaded; functions: twice_cuda"
@@ -48,7 +50,7 @@ def test_plain_candidate_takes_the_fast_path_and_ninja_sees_it_up_to_date(build_
     assert "no work to do" in dry_run.stdout, dry_run.stderr
     assert "__global__" in (directory / "cuda.cu").read_text()  # the real sources are back in place
     # The same source again is served from the cache.
-    again = build_candidate(build_settings, tmp_path, candidates.PLAIN, sandbox=SandboxKind.none)
+    again = build_candidate(build_settings, tmp_path, source, sandbox=SandboxKind.none)
     assert again.cached and again.ext_dir == outcome.ext_dir
 
 

@@ -23,5 +23,10 @@ def test_fast_build_gets_the_full_builds_verdict_without_rebuilding(monkeypatch)
     assert full.extra["build"]["path"] == "full"
     assert fast.correct and full.correct
     assert fast.status == full.status
-    # Importing the candidate runs its load_inline: ninja must find the fast build up to date.
-    assert fast.stages["candidate"] < 30, fast.stages
+    # Importing the candidate (overlapping the reference stage) runs its load_inline: ninja must find the
+    # fast build up to date, as it finds the full one; a rebuild would cost the ~1 minute saved.
+    assert run_seconds(fast) < run_seconds(full) + 20, (fast.stages, full.stages)
+
+
+def run_seconds(result) -> float:
+    return result.stages["reference"] + result.stages["candidate"]

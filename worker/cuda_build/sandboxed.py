@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 import traceback
@@ -27,7 +28,7 @@ from .ninja_state import CUDA_OBJECT, MAIN_OBJECT, NinjaStateRejected, TorchBuil
 from .pch import compiler_identity, find_pch
 from .source_map import SourceMap
 from .split import NotSplittable
-from .toolchain import find_toolchain
+from .toolchain import Toolchain, find_toolchain
 from .torch_support import point_torch_at, torch_has_cuda
 
 BUILD_FAILURE_PREFIX = "Error building extension"
@@ -48,7 +49,7 @@ class ExtensionBuild:
 @dataclass
 class BuildSession:
     mode: str
-    toolchain: object
+    toolchain: Toolchain
     pch_root: Path
     cuda_torch: bool
     builds: list[ExtensionBuild] = field(default_factory=list)
@@ -102,8 +103,6 @@ class BuildSession:
             return
         # A CPU torch has no CUDA libraries to link against: compile the objects, as a check.
         record.linked = False
-        import subprocess
-
         result = subprocess.run(["ninja", MAIN_OBJECT, CUDA_OBJECT], cwd=directory, capture_output=True, text=True,
                                 check=False)
         if result.returncode != 0:
@@ -120,7 +119,7 @@ class ObjectsOnly(Exception):
     """CPU torch, full build: the objects compiled; there is no library to import."""
 
 
-def abi_check(directory: Path, toolchain) -> str:
+def abi_check(directory: Path, toolchain: Toolchain) -> str:
     """Link without the CUDA libraries CPU torch lacks and load the module into CPU torch."""
     try:
         library = link_for_abi_check(directory, toolchain)

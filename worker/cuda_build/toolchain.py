@@ -11,7 +11,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-# Stub headers the CPU torch wheel lacks (c10/cuda/impl/cuda_cmake_macros.h); CUDA torch has them.
+# Headers a CPU machine lacks, for compile checks against a CPU torch only (a CUDA torch has the real ones):
+# c10/cuda/impl/cuda_cmake_macros.h (not in the CPU wheel), and the few cuBLAS/cuSPARSE/cuSOLVER type
+# names ATen/cuda/CUDAContext.h declares with (their headers live in large wheels of their own).
 SUPPORT_INCLUDE = Path(__file__).resolve().parent / "support"
 
 

@@ -1,0 +1,4 @@
+// CPU-only stand-in (see cusparse.h beside it).
+#pragma once
+typedef struct cublasContext* cublasHandle_t;
+typedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;

@@ -1,0 +1,3 @@
+// CPU-only stand-in (see cusparse.h beside it).
+#pragma once
+typedef enum { CUSOLVER_STATUS_SUCCESS = 0, CUSOLVER_STATUS_INVALID_VALUE = 3 } cusolverStatus_t;
