@@ -154,7 +154,7 @@ def test_unsandboxed_debug_mode_says_so(run_eval):
 
 
 def test_a_candidate_failing_during_timing_cannot_pass_its_error_off_as_the_reference(run_eval):
-    # Honest for the 2 trials, the doubled batch and the census; then raises while being timed,
+    # Honest for the 2 trials, the doubled batch and the kernel trace; then raises while being timed,
     # with a message that names the reference.
     candidate = triton_candidate('''
 self.calls = getattr(self, "calls", 0) + 1
