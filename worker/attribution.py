@@ -128,8 +128,13 @@ class _Record:
     span: tuple[int, int] | None = None
 
 
-def attribute(raw: dict, own_names: frozenset[str], device: str) -> Attribution:
-    """Label the forward's kernels and compute coverage (see the module docstring)."""
+def attribute(raw: dict, own_names: frozenset[str], device: str) -> Attribution | None:
+    """Label the forward's kernels and compute coverage (see the module docstring).
+
+    None when a GPU trace holds no device activity at all, not even the harness's markers: the
+    profiler saw nothing (CUPTI unavailable), which must not read as "no kernel of its own ran"."""
+    if device == "cuda" and not raw.get("kernels"):
+        return None
     cpu = raw.get("cpu") or []
     forward = next((e["span"] for e in cpu if e["name"] == raw.get("forward_label")), None)
     ops = _TopLevelOps([e for e in cpu if e["name"].startswith("aten::")])

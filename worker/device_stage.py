@@ -7,6 +7,7 @@ time: the supervisor sends one operation at a time, so timings do not overlap.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from . import correctness, engine, timing_stats
@@ -30,6 +31,8 @@ from .policy.registry import is_disabled
 from .precision import precision_check
 from .settings import EngineSettings
 from .verification import SHAPE_RULE, Observations, runtime_rules
+
+log = logging.getLogger(__name__)
 
 MAX_OUTPUT_FILE_BYTES = 16 * 1024**3
 # Fixed-count runs, timed from outside the child, last at least this long.
@@ -150,9 +153,13 @@ class DeviceStage:
                 return self.builder.candidate_failure(failure, during="kernel trace")
             self._attribution = attribute(traced.get("events") or {},
                                           own_kernel_names(self.prepared.request.candidate), opts.device.value)
-            self.builder.coverage = self._attribution.report
-            if self._attribution.truncated:
-                self.builder.extra["trace_truncated"] = True
+            if self._attribution is None:
+                log.warning("the kernel trace recorded no GPU activity; attribution skipped (is CUPTI usable?)")
+                self.builder.extra["attribution_skipped"] = "the profiler recorded no GPU activity"
+            else:
+                self.builder.coverage = self._attribution.report
+                if self._attribution.truncated:
+                    self.builder.extra["trace_truncated"] = True
             tampered += list(traced.get("tampered") or [])
         if tampered or not report.passed or self._shape_failure or not opts.timing:
             return self._finish(report, self._observations(report, tampered=tampered))

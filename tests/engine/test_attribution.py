@@ -98,3 +98,10 @@ def test_an_own_name_launched_by_an_aten_compute_operator_is_library():
 ])
 def test_kernel_base_names(name, base):
     assert kernel_base_name(name) == base
+
+
+def test_a_gpu_trace_without_any_device_activity_is_not_evidence():
+    # Not even the harness's marker kernels: the profiler saw nothing, so nothing is judged.
+    raw = {"forward_label": "F", "launch_prefix": "L::", "cpu": [{"name": "F", "corr": 1, "span": [0, 9], "tid": 1}],
+           "kernels": []}
+    assert attribute(raw, OWN, "cuda") is None
