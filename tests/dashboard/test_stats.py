@@ -6,30 +6,12 @@ stage names (uuid-suffixed) and checks exact numbers only for those.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from typing import Any
 
-import pytest
-
 from worker.store import JobStore, NewJob
 from worker.store.stats import JobStats
-
-POSTGRES_URL = os.environ.get("KERNELJUDGE_TEST_POSTGRES_URL")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        instance = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    else:
-        if not POSTGRES_URL:
-            pytest.fail("KERNELJUDGE_TEST_POSTGRES_URL is not set: run through scripts/test.sh, which starts "
-                        "PostgreSQL, or deselect with -m 'not postgres'")
-        instance = JobStore(POSTGRES_URL)
-    yield instance
-    instance.close()
 
 
 def _tag() -> str:

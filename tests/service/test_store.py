@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -11,20 +10,6 @@ from typing import Any
 import pytest
 
 from worker.store import MAX_ATTEMPTS, IdempotencyConflict, JobStore, NewJob
-
-POSTGRES_URL = os.environ.get("KERNELJUDGE_TEST_POSTGRES_URL")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        instance = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("KERNELJUDGE_TEST_POSTGRES_URL is not set (e.g. postgresql://kj@127.0.0.1:5439/kjtest)")
-        instance = JobStore(POSTGRES_URL)
-    yield instance
-    instance.close()
 
 
 def _new(store: JobStore, key: str = "k", **fields) -> NewJob:
