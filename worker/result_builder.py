@@ -94,6 +94,10 @@ class ResultBuilder:
         elif during != "build" and self.backend != Backend.cuda:
             self.compiled = True  # Triton kernels compile at first launch
         message = f"candidate {during}: {failure.message}"
+        if failure.kind == "timeout":
+            # The sandbox only knows the time left when it started waiting; the user set the stage's limit.
+            name = "build_s" if during == "build" else "timing_s" if during == "timing" else "run_s"
+            message += f"; the stage's limit is {getattr(self.options.limits, name):g}s (options.limits.{name})"
         hint = HINTS.get(failure.kind)
         if hint:
             message = f"{message} ({hint})"

@@ -46,7 +46,7 @@ def test_infinite_loop_times_out_and_nothing_is_left_running(run_eval):
     candidate = triton_candidate(LAUNCH + "while True:\n    pass")
     result = run_eval(SILU_REFERENCE, candidate, limits=StageLimits(run_s=8), policy=NO_STATIC_POLICY)
     assert result.status == EvalStatus.timeout
-    assert "8s limit" in result.error.message
+    assert "the stage's limit is 8s (options.limits.run_s)" in result.error.message
     assert result.reward == 0.0
 
 

@@ -208,7 +208,7 @@ class SandboxProcess:
             message = self.messages.get(timeout=max(timeout_s, 0.0))
         except queue.Empty:
             self.kill()
-            raise SandboxTimeout(f"{self.name} exceeded its {timeout_s:.0f}s limit") from None
+            raise SandboxTimeout(f"{self.name} was still running after the {timeout_s:.1f}s left to it") from None
         if message is None:
             assert self._proc is not None
             try:
