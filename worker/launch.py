@@ -80,8 +80,10 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
     if os.path.isdir(cuda_home):
         env["CUDA_HOME"] = cuda_home
     if config.device == "cpu":
-        # Triton kernels run under Triton's interpreter on CPU tensors.
+        # Triton kernels run under Triton's interpreter on CPU tensors, Numba's @cuda.jit kernels
+        # under Numba's CUDA simulator (sandbox_runtime/numba_simulator.py adapts it to torch tensors).
         env["TRITON_INTERPRET"] = "1"
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif config.mode == "build":
         env["CUDA_VISIBLE_DEVICES"] = ""
