@@ -1,8 +1,10 @@
-"""Embedded local workers: one thread per visible GPU (or one CPU worker), jobs claimed from the store.
+"""Embedded local workers: one device lane per visible GPU (or CPU worker), jobs claimed from the store.
 
-Each thread runs one job at a time, so a GPU never has two jobs. The engine runs user code in
-sandboxed subprocesses; this process never imports CUDA. Jobs left in flight by a previous run
-of this node are requeued once at start (then failed), see JobStore.recover_orphans.
+Each lane is fed by a thread that claims the next queued job whenever the lane has room; the
+pipeline (worker/pipeline.py) builds ahead on CPU threads and runs the device stages, timing
+alone on its GPU. The engine runs user code in sandboxed subprocesses; this process never
+imports CUDA. Jobs left in flight by a previous run of this node, in any pipeline stage, are
+requeued once at start (then failed), see JobStore.recover_orphans.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import socket
 import threading
 from collections.abc import Callable
 
+from worker.pipeline import DeviceLane, JobPipeline, PipelineConfig
 from worker.store import Job, JobStore
-from worker.store.runner import WorkerIdentity, run_claimed_job
+from worker.store.runner import EngineCalls, WorkerIdentity
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +42,23 @@ def plan_identities(device: str, count: int | None) -> list[WorkerIdentity]:
 
 
 class LocalWorkerPool:
-    def __init__(self, store: JobStore, identities: list[WorkerIdentity], on_finished: Callable[[Job], None]):
+    """The embedded executor: one feeder thread per device lane, claiming queued jobs into the pipeline."""
+
+    def __init__(self, store: JobStore, identities: list[WorkerIdentity], on_finished: Callable[[Job], None],
+                 config: PipelineConfig | None = None, engine: EngineCalls | None = None):
         self.store = store
         self.identities = identities
-        self.on_finished = on_finished
+        self.pipeline = JobPipeline(store, identities, config, engine=engine, on_finished=on_finished)
         self._stop = threading.Event()
         self._wakeups = [threading.Event() for _ in identities]
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         self.store.recover_orphans(embedded_prefix())
-        for identity, wakeup in zip(self.identities, self._wakeups, strict=True):
-            thread = threading.Thread(target=self._loop, args=(identity, wakeup), name=identity.name, daemon=True)
+        self.pipeline.start()
+        for lane, wakeup in zip(self.pipeline.lanes, self._wakeups, strict=True):
+            thread = threading.Thread(target=self._feed, args=(lane, wakeup), name=f"{lane.identity.name}/feed",
+                                      daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -64,35 +72,19 @@ class LocalWorkerPool:
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
         self.wake()
+        self.pipeline.stop(timeout_s)
         for thread in self._threads:
-            thread.join(timeout_s)  # a thread mid-job is abandoned; its job is requeued next start
+            thread.join(timeout_s)
 
-    def _loop(self, identity: WorkerIdentity, wakeup: threading.Event) -> None:
+    def _feed(self, lane: DeviceLane, wakeup: threading.Event) -> None:
+        identity = lane.identity
         while not self._stop.is_set():
             wakeup.clear()
             try:
-                job = self.store.claim_next(identity.name, identity.gpu)
+                started = lane.admit(lambda: self.store.claim_next(identity.name, identity.gpu))
             except Exception:
                 log.exception("%s could not read the job store; retrying", identity.name)
                 self._stop.wait(IDLE_RECHECK_S)
                 continue
-            if job is None:
+            if started is None and not self._stop.is_set():
                 wakeup.wait(IDLE_RECHECK_S)
-                continue
-            try:
-                final = run_claimed_job(self.store, job, identity)
-            except Exception:
-                log.exception("%s failed to record job %s", identity.name, job.id)
-                self._safe_fail(job, "the worker failed to record this job's outcome; see the server log")
-                final = self.store.get(job.id)
-            if final is not None:
-                try:
-                    self.on_finished(final)
-                except Exception:
-                    log.exception("finish hook failed for job %s", job.id)
-
-    def _safe_fail(self, job: Job, reason: str) -> None:
-        try:
-            self.store.fail(job.id, reason, attempt=job.attempts)
-        except Exception:
-            log.exception("could not mark job %s failed", job.id)

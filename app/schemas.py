@@ -91,6 +91,8 @@ class JobView(BaseModel):
     status: JobStatus
     created_at: str
     building_at: str | None = None
+    built_at: str | None = Field(default=None, description=(
+        "When the job was validated and built; while `status` is still `building` it waits for its GPU."))
     running_at: str | None = None
     finished_at: str | None = None
     priority: int = 0

@@ -1,8 +1,10 @@
 """`kerneljudge worker`: run Celery workers against a Redis broker, one per GPU.
 
-Each worker is its own process with CUDA_VISIBLE_DEVICES set to one GPU and a single pool
-process, so one job at a time touches a GPU. With no GPU (or --device cpu) one CPU worker runs.
-This supervisor never imports torch; it restarts a worker process that exits unexpectedly.
+Each worker is its own process with CUDA_VISIBLE_DEVICES set to one GPU, running the job
+pipeline for it (worker/pipeline.py: builds ahead, device stages shared, timing alone). With no
+GPU (or --device cpu) one CPU worker runs. This supervisor never imports torch; it restarts a
+worker process that exits unexpectedly, after requeueing (and sending again) the jobs that
+process held in any pipeline stage, so they do not wait for the broker's visibility timeout.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.database_url:
         base_env["KERNELJUDGE_DATABASE_URL"] = args.database_url
     plan = plan_workers(args.device, args.gpus)
+    resender = JobResender(args.broker, args.database_url)
+    resender.recover_host()  # jobs of worker processes a previous supervisor on this host left
     children: dict[str, subprocess.Popen] = {}
     stopping = False
 
@@ -85,8 +89,36 @@ def run(args: argparse.Namespace) -> int:
             if code is None:
                 continue
             del children[name]
+            resender.recover_process(child.pid)
             if not stopping:
                 log.error("%s exited with code %s; restarting in %.0fs", name, code, RESTART_DELAY_S)
                 time.sleep(RESTART_DELAY_S)
                 start(name, env_by_name[name])
     return 0
+
+
+class JobResender:
+    """Requeue the jobs of stopped worker processes of this host and send them to the broker again."""
+
+    def __init__(self, broker_url: str, database_url: str | None):
+        from worker.distributed.celery_app import make_celery
+        from worker.store import JobStore
+
+        self.store = JobStore(database_url)
+        self.celery = make_celery(broker_url)
+        self.prefix = f"celery@{socket.gethostname()}:"
+
+    def recover_host(self) -> None:
+        self._send(self.store.recover_orphans(self.prefix)[0])
+
+    def recover_process(self, pid: int) -> None:
+        self._send(self.store.recover_worker(f"{self.prefix}{pid}")[0])
+
+    def _send(self, job_ids: list[str]) -> None:
+        from worker.distributed.celery_app import TASK_NAME
+
+        for job_id in job_ids:
+            try:
+                self.celery.send_task(TASK_NAME, args=[job_id])
+            except Exception:  # the broker's own redelivery (visibility timeout) remains
+                log.exception("could not send requeued job %s to the broker", job_id)

@@ -6,6 +6,10 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .gpu_schedule import GpuSchedule
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -34,6 +38,10 @@ class EngineSettings:
     timing_pool_size: int = 4
     # The doubled-batch trial (KJ-R09) is skipped when its inputs would exceed this.
     shape_trial_max_bytes: int = 4 * 1024**3
+    # Set by the service's pipeline: this device's shared/exclusive schedule. The pipeline already
+    # holds it exclusively during a job's "timing" stage; engine code that times on the device
+    # outside a job's stages takes `gpu_schedule.exclusive()` itself (None: nothing to share with).
+    gpu_schedule: GpuSchedule | None = None
 
     def cuda_arch(self) -> str | None:
         """TORCH_CUDA_ARCH_LIST for this worker's GPU: configured, or read once from nvidia-smi."""

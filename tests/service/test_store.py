@@ -124,11 +124,11 @@ def test_recover_orphans_requeues_once_then_fails(store):
     prefix = f"embedded@test-{uuid.uuid4().hex[:8]}:"
     job = store.create_job(_new(store))[0]
     store.claim_next(prefix + "cpu0", None)
-    assert store.recover_orphans(prefix) == (1, 0)
+    assert store.recover_orphans(prefix) == ([job.id], 0)
     again = store.get(job.id)
     assert again.status == "queued" and "requeued" in again.error
     store.claim_next(prefix + "cpu0", None)
-    assert store.recover_orphans(prefix) == (0, 1)
+    assert store.recover_orphans(prefix) == ([], 1)
     assert store.get(job.id).status == "failed"
 
 

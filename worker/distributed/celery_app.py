@@ -1,13 +1,16 @@
 """Celery application for distributed workers (Redis broker).
 
 Reliability settings, and why:
-  acks_late + reject_on_worker_lost  a message is acknowledged only after the job finished; if
-                                     the process running it dies, the broker hands it out again.
-  prefetch 1, concurrency 1          a worker holds one job at a time: one job per GPU.
+  acks_late                          a message is acknowledged only after the job finished.
+  prefetch 1                         a worker process takes no more messages than its pipeline
+                                     lane holds (its thread pool's size, see worker_main.py).
   visibility_timeout > hard limit    Redis re-delivers an unacknowledged message only after a
-                                     job could not possibly still be running.
-  soft/hard time limits              a stuck job is stopped; the soft limit marks it failed.
-The job store's attempt counter turns "delivered again" into "retried once, then failed".
+                                     job could not possibly still be running (a whole host lost).
+  soft/hard time limits              the soft limit fails a stuck job (enforced by the task
+                                     itself: the thread pool has no time limits).
+When a worker process dies, `kerneljudge worker` requeues its jobs in the store (every pipeline
+stage) and sends them again at once; the job store's attempt counter turns "delivered again"
+into "retried once, then failed".
 Celery's own result backend is unused: results live in the job store.
 """
 

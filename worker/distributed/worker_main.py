@@ -1,6 +1,8 @@
 """Entry point of one Celery worker process (started by `kerneljudge worker`, one per GPU).
 
-Runs `celery worker` with one pool process, pinned by the CUDA_VISIBLE_DEVICES its parent set.
+Runs `celery worker` with a thread pool sized to the pipeline's lane (jobs on the device plus
+jobs built ahead), pinned by the CUDA_VISIBLE_DEVICES its parent set. The pipeline
+(worker/pipeline.py) lives in this process; the task threads only wait for their jobs.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ def main(argv: list[str] | None = None) -> int:
         require_working_sandbox(use_gpu=gpu is not None, gpu_index=gpu,
                                 isolate_network=EngineSettings.from_env().isolate_network)
     # Imported after parsing so that KERNELJUDGE_BROKER_URL (set by the parent) is in effect.
+    from worker.pipeline import PipelineConfig
+
     from . import tasks  # noqa: F401  (registers the task)
     from .celery_app import QUEUE_NAME, celery_app
 
-    # Concurrency 1 and prefetch multiplier 1 come from make_celery's config (worker_concurrency,
-    # worker_prefetch_multiplier), which `celery worker` uses when no flag overrides it.
+    # One task thread per job the lane holds; with prefetch multiplier 1 the broker hands this
+    # process no more messages than that, so unclaimed jobs stay in the queue for other hosts.
+    capacity = PipelineConfig.from_env().capacity
     celery_app.worker_main([
-        "worker", "--pool", "prefork",
+        "worker", "--pool", "threads", "--concurrency", str(capacity),
         "--queues", QUEUE_NAME, "--hostname", args.node_name, "--loglevel", args.loglevel,
         "--without-gossip", "--without-mingle",
     ])

@@ -31,6 +31,7 @@ from .records import (
     NewJob,
     Problem,
 )
+from .recovery import JobRecovery, died_reason
 from .schema import Base, JobRow, ProblemRow, add_missing_columns
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def _make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
-class JobStore:
+class JobStore(JobRecovery):
     def __init__(self, url: str | None = None):
         self.url = normalise_url(url) if url else database_url_from_env()
         self.engine = _make_engine(self.url)
@@ -295,7 +296,7 @@ class JobStore:
         if job.terminal:
             return None, f"job is already {job.status}"
         if job.status in IN_FLIGHT_STATUSES and job.attempts >= MAX_ATTEMPTS:
-            self.fail(job_id, self._died_reason(job), expected=job.status)
+            self.fail(job_id, died_reason(job), expected=job.status)
             return None, "worker died on the final attempt; job failed"
         with self._session() as s, s.begin():
             taken = self._take(s, job_id, job.status, worker, gpu, expected_attempts=job.attempts)
@@ -313,18 +314,39 @@ class JobStore:
         result = s.execute(
             update(JobRow)
             .where(*conditions)
-            .values(status=JobStatus.building.value, building_at=now, running_at=None, updated_at=now,
+            .values(status=JobStatus.building.value, building_at=now, built_at=None, running_at=None, updated_at=now,
                     worker=worker, gpu=gpu, attempts=JobRow.attempts + 1)
         )
         return result.rowcount == 1
 
+    def mark_built(self, job_id: str, attempt: int) -> bool:
+        """The pipeline prepared this attempt (validated, built): it now waits for its device."""
+        return self._stamp_building(job_id, attempt, built_at=time.time())
+
     def mark_running(self, job_id: str, attempt: int) -> bool:
         now = time.time()
+        return self._stamp_building(job_id, attempt, status=JobStatus.running.value, running_at=now)
+
+    def _stamp_building(self, job_id: str, attempt: int, **values: Any) -> bool:
         with self._session() as s, s.begin():
             result = s.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.status == JobStatus.building.value, JobRow.attempts == attempt)
-                .values(status=JobStatus.running.value, running_at=now, updated_at=now)
+                .values(updated_at=time.time(), **values)
+            )
+            return result.rowcount == 1
+
+    def release(self, job_id: str, attempt: int, reason: str) -> bool:
+        """Give back a job this attempt claimed but never ran on its device (building -> queued).
+
+        The attempt is not counted: the job did not run, so its retry budget is untouched.
+        """
+        with self._session() as s, s.begin():
+            result = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status == JobStatus.building.value, JobRow.attempts == attempt)
+                .values(status=JobStatus.queued.value, attempts=attempt - 1, worker=None, gpu=None,
+                        building_at=None, built_at=None, updated_at=time.time(), error=reason)
             )
             return result.rowcount == 1
 
@@ -353,56 +375,6 @@ class JobStore:
                 .values(status=JobStatus.failed.value, finished_at=now, updated_at=now, error=reason)
             )
             return outcome.rowcount == 1
-
-    @staticmethod
-    def _died_reason(job: Job) -> str:
-        return (f"the worker running this job stopped {job.attempts} times (last: {job.worker}); "
-                "it was retried once and is not retried again")
-
-    def recover_orphans(self, worker_prefix: str) -> tuple[int, int]:
-        """After a restart: requeue in-flight jobs of workers named `worker_prefix*` once, fail repeats.
-
-        Returns (requeued, failed).
-        """
-        with self._session() as s:
-            rows = s.scalars(
-                select(JobRow).where(JobRow.status.in_(IN_FLIGHT_STATUSES), JobRow.worker.like(f"{worker_prefix}%"))
-            ).all()
-            orphans = [Job.from_row(r) for r in rows]
-        requeued = failed = 0
-        for job in orphans:
-            if job.attempts >= MAX_ATTEMPTS:
-                failed += self.fail(job.id, self._died_reason(job), expected=job.status)
-                continue
-            now = time.time()
-            with self._session() as s, s.begin():
-                outcome = s.execute(
-                    update(JobRow)
-                    .where(JobRow.id == job.id, JobRow.status == job.status, JobRow.attempts == job.attempts)
-                    .values(status=JobStatus.queued.value, updated_at=now,
-                            error=f"requeued after its worker {job.worker} stopped")
-                )
-                requeued += outcome.rowcount
-        if requeued or failed:
-            log.warning("recovered jobs of stopped workers %s*: %d requeued, %d failed", worker_prefix, requeued, failed)
-        return requeued, failed
-
-    def fail_overdue(self, max_runtime_s: float) -> int:
-        """Fail in-flight jobs that started longer ago than any job may run (their worker is gone)."""
-        cutoff = time.time() - max_runtime_s
-        with self._session() as s:
-            rows = s.scalars(
-                select(JobRow).where(JobRow.status.in_(IN_FLIGHT_STATUSES), JobRow.building_at < cutoff)
-            ).all()
-            overdue = [Job.from_row(r) for r in rows]
-        count = 0
-        for job in overdue:
-            count += self.fail(
-                job.id,
-                f"no result {max_runtime_s:.0f}s after it started on {job.worker}; its worker is presumed dead",
-                attempt=job.attempts, expected=job.status,
-            )
-        return count
 
     # ---- export ---------------------------------------------------------------------------
 

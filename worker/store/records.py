@@ -36,6 +36,7 @@ class Job:
     submission: dict[str, Any]
     api_key_id: str
     building_at: float | None = None
+    built_at: float | None = None  # prepared and waiting for the device (status still `building`)
     running_at: float | None = None
     finished_at: float | None = None
     result: dict[str, Any] | None = None
@@ -62,6 +63,7 @@ class Job:
             submission=json.loads(row.submission),
             api_key_id=row.api_key_id,
             building_at=row.building_at,
+            built_at=row.built_at,
             running_at=row.running_at,
             finished_at=row.finished_at,
             result=json.loads(row.result) if row.result else None,
@@ -120,6 +122,7 @@ def public_job(job: Job) -> dict[str, Any]:
         "status": job.status,
         "created_at": iso_time(job.created_at),
         "building_at": iso_time(job.building_at),
+        "built_at": iso_time(job.built_at),
         "running_at": iso_time(job.running_at),
         "finished_at": iso_time(job.finished_at),
         "priority": job.priority,

@@ -1,17 +1,18 @@
-"""Run one claimed job through the engine and record the outcome: the only engine call site.
+"""The two steps of a claimed job and their records in the store: the only engine call site.
 
-Both executors use it: the embedded worker threads of `kerneljudge serve` and the Celery task
-of `kerneljudge worker`. `done` means the engine produced an EvalResult (whatever its verdict);
-`failed` means it could not (missing problem, engine crash), with the reason in `error`.
+`prepare_claimed` (validate, policy, build; CPU) and `execute_ready` (device stages) are run by
+the pipeline (worker/pipeline.py), which both executors use: the embedded workers of
+`kerneljudge serve` and the Celery task of `kerneljudge worker`. `done` means the engine produced
+an EvalResult (whatever its verdict); `failed` means it could not (missing problem, engine
+crash), with the reason in `error`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -20,6 +21,9 @@ from worker.models import ErrorInfo, EvalOptions, EvalRequest, EvalResult, EvalS
 from .jobs import JobStore
 from .records import Job, Problem
 
+if TYPE_CHECKING:
+    from worker.gpu_schedule import DeviceLease, GpuSchedule
+
 log = logging.getLogger(__name__)
 
 BUILD_STAGES = frozenset({"validate", "build"})
@@ -27,6 +31,8 @@ BUILD_STAGES = frozenset({"validate", "build"})
 
 @dataclass(frozen=True)
 class WorkerIdentity:
+    """One device of a worker process: the pipeline's lane for it (several jobs in flight)."""
+
     name: str  # e.g. embedded@host:gpu0 or celery@host:pid
     device: str  # "cpu" or "cuda": the device every job on this worker runs on
     gpu: str | None = None  # GPU index (as the worker sees it) or None on CPU
@@ -61,62 +67,118 @@ def build_request(job: Job, problem: Problem, identity: WorkerIdentity) -> EvalR
     return EvalRequest(reference=problem.reference, candidate=job.submission["candidate"], options=options)
 
 
-def call_engine(request: EvalRequest, identity: WorkerIdentity, on_stage: Callable[[str], None]) -> EvalResult:
+@dataclass(frozen=True)
+class EngineCalls:
+    """The two engine stages the pipeline calls (tests pass fakes with the same signatures)."""
+
+    prepare: Callable[..., Any]  # (request, *, settings, on_stage) -> PreparedJob | EvalResult
+    execute: Callable[..., Any]  # (prepared, *, settings, on_stage) -> EvalResult
+
+
+def real_engine() -> EngineCalls:
     # Imported here so that the API and the Celery parent never load the engine's dependencies.
     from worker import engine
 
-    return engine.evaluate(request, settings=engine_settings_for(identity), on_stage=on_stage)
+    return EngineCalls(prepare=engine.prepare, execute=engine.execute)
 
 
-@functools.cache
-def engine_settings_for(identity: WorkerIdentity):
-    """Engine settings for this worker: the environment's, pinned to the worker's GPU.
+def engine_settings_for(identity: WorkerIdentity, schedule: GpuSchedule | None = None):
+    """Engine settings for one device of this worker: the environment's, pinned to its GPU.
 
-    Built once per worker identity (a frozen, hashable dataclass) and reused for all its jobs,
-    so values the settings cache lazily (e.g. the CUDA arch read from nvidia-smi) survive
-    between jobs. Each identity is one worker running one job at a time.
-
-    Embedded workers are threads of one process, so the GPU is chosen per job through
-    `gpu_index` (the engine sets CUDA_VISIBLE_DEVICES for the sandboxes it starts).
+    Built once per device lane and reused for all its jobs, so values the settings cache lazily
+    (e.g. the CUDA arch read from nvidia-smi) survive between jobs. Embedded workers are threads
+    of one process, so the GPU is chosen through `gpu_index` (the engine sets
+    CUDA_VISIBLE_DEVICES for the sandboxes it starts).
     """
     from worker.settings import EngineSettings
 
     settings = EngineSettings.from_env()
     if identity.gpu is not None and identity.gpu.isdigit():
         settings.gpu_index = int(identity.gpu)
+    settings.gpu_schedule = schedule
     return settings
 
 
-def run_claimed_job(store: JobStore, job: Job, identity: WorkerIdentity) -> Job | None:
-    """Evaluate a job this worker has claimed (status `building`); return its final record."""
+@dataclass
+class ReadyJob:
+    """A claimed job whose candidate the engine prepared (validated, built): it waits for its device."""
+
+    job: Job
+    problem: Problem
+    prepared: Any  # worker.engine.PreparedJob
+
+    def discard(self) -> None:
+        self.prepared.discard()
+
+
+def prepare_claimed(store: JobStore, job: Job, identity: WorkerIdentity, settings: Any,
+                    engine: EngineCalls) -> ReadyJob | Job | None:
+    """Prepare a job this worker claimed (status `building`), on a CPU thread.
+
+    Returns a ReadyJob for the device stage, or the job's final record when it ended here (an
+    invalid source, a build error, a missing problem, an engine crash), or None when this
+    attempt no longer owns the job.
+    """
     attempt = job.attempts
     problem = store.get_problem(job.problem_id)
     if problem is None:
-        store.fail(job.id, f"problem {job.problem_id} is not in the store", attempt=attempt)
-        return store.get(job.id)
+        return _failed(store, job, f"problem {job.problem_id} is not in the store")
     try:
         request = build_request(job, problem, identity)
     except (ValidationError, KeyError) as exc:
-        store.fail(job.id, f"stored submission is not a valid evaluation request: {exc}", attempt=attempt)
-        return store.get(job.id)
+        return _failed(store, job, f"stored submission is not a valid evaluation request: {exc}")
+    try:
+        prepared = engine.prepare(request, settings=settings, on_stage=None)
+    except Exception as exc:  # the engine must return a verdict; anything else is a service failure
+        log.exception("engine crashed preparing job %s", job.id)
+        return _failed(store, job, f"the evaluation engine crashed: {type(exc).__name__}: {exc}")
+    if isinstance(prepared, EvalResult):
+        return _record(store, job, problem, prepared)
+    if not store.mark_built(job.id, attempt):
+        prepared.discard()
+        log.warning("job %s changed state while attempt %d was prepared; dropped", job.id, attempt)
+        return None
+    return ReadyJob(job=job, problem=problem, prepared=prepared)
+
+
+def execute_ready(store: JobStore, ready: ReadyJob, settings: Any, engine: EngineCalls,
+                  lease: DeviceLease) -> Job | None:
+    """Run a prepared job's device stages under its device lease and record the outcome.
+
+    Returns the final record, or None when this attempt no longer owns the job.
+    """
+    job = ready.job
 
     def on_stage(stage: str) -> None:
+        lease.enter(stage)  # may wait: another job is timing on this device
         if stage not in BUILD_STAGES:
-            store.mark_running(job.id, attempt)  # no-op after the first non-build stage
+            store.mark_running(job.id, job.attempts)  # no-op after the first device stage
 
     try:
-        result = call_engine(request, identity, on_stage)
+        result = engine.execute(ready.prepared, settings=settings, on_stage=on_stage)
     except Exception as exc:  # the engine must return a verdict; anything else is a service failure
         log.exception("engine crashed on job %s", job.id)
-        store.fail(job.id, f"the evaluation engine crashed: {type(exc).__name__}: {exc}", attempt=attempt)
-        return store.get(job.id)
+        ready.discard()
+        return _failed(store, job, f"the evaluation engine crashed: {type(exc).__name__}: {exc}")
+    finally:
+        lease.release()
+    return _record(store, job, ready.problem, result)
 
+
+def _failed(store: JobStore, job: Job, reason: str) -> Job | None:
+    if not store.fail(job.id, reason, attempt=job.attempts):
+        return None
+    return store.get(job.id)
+
+
+def _record(store: JobStore, job: Job, problem: Problem, result: EvalResult) -> Job | None:
     payload = result.model_dump(mode="json")
     extraction = job.submission.get("extraction")
     if extraction:
         payload.setdefault("extra", {})["extraction"] = extraction
-    if not store.finish(job.id, attempt, payload, result.status.value):
-        log.warning("job %s changed state while attempt %d ran; its result was not stored", job.id, attempt)
-    elif result.correctness is not None:
+    if not store.finish(job.id, job.attempts, payload, result.status.value):
+        log.warning("job %s changed state while attempt %d ran; its result was not stored", job.id, job.attempts)
+        return None
+    if result.correctness is not None:
         store.note_degenerate_reference(problem.id, result.correctness.degenerate_reference)
     return store.get(job.id)

@@ -23,6 +23,8 @@ class JobRow(Base):
     priority: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     created_at: Mapped[float] = mapped_column(Float, nullable=False)
     building_at: Mapped[float | None] = mapped_column(Float)
+    # Set when the pipeline has prepared (validated, built) the job; it then waits for its GPU.
+    built_at: Mapped[float | None] = mapped_column(Float)
     running_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float, nullable=False)

@@ -1,0 +1,150 @@
+"""Who may use one device when: several jobs' correctness stages at once, timing alone.
+
+A readers-writer lock per GPU (or per CPU worker). Stages that may overlap with other jobs'
+(reference, candidate, compare) hold it *shared*; timing holds it *exclusive*, so no other
+job's work runs on the device while a job is timed. Timing is preferred: once a job waits to
+time, no new shared stage starts, so a steady stream of correctness work cannot starve it.
+
+The service's pipeline moves each job's `DeviceLease` by the engine's stage notifications
+(`worker.engine.StageCallback`): "timing" takes the device exclusively, "reward" lets it go,
+any other device stage holds it shared. Engine code that uses the device outside a job's
+stages (e.g. re-timing a cached reference) takes `EngineSettings.gpu_schedule.exclusive()`
+itself; `exclusive()` is re-entrant in the thread holding it, so taking it inside a job's
+timing stage does not deadlock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# Stages after which a job no longer touches the device (the score is computed on the host).
+HOST_ONLY_STAGES = frozenset({"reward"})
+EXCLUSIVE_STAGES = frozenset({"timing"})
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    shared: int  # jobs in a shared (correctness) stage now
+    exclusive: bool  # a job is timing now
+    waiting_shared: int
+    waiting_exclusive: int
+
+
+class GpuSchedule:
+    def __init__(self, name: str, sharers: int = 1):
+        self.name = name
+        # Jobs that may be in device stages at once: the engine may size per-job memory caps from it.
+        self.sharers = max(1, sharers)
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._owner: int | None = None  # thread holding the exclusive lock
+        self._depth = 0
+        self._waiting_shared = 0
+        self._waiting_exclusive = 0
+
+    def state(self) -> ScheduleState:
+        with self._cond:
+            return self._state()
+
+    def _state(self) -> ScheduleState:
+        return ScheduleState(self._shared, self._owner is not None, self._waiting_shared, self._waiting_exclusive)
+
+    def wait_until(self, predicate: Callable[[ScheduleState], bool], timeout: float | None = None) -> bool:
+        """Block until `predicate(state)` holds (re-checked at every change); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self._state()), timeout)
+
+    def acquire_shared(self) -> None:
+        with self._cond:
+            self._waiting_shared += 1
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._owner is None and self._waiting_exclusive == 0)
+            self._waiting_shared -= 1
+            self._shared += 1
+            self._cond.notify_all()
+
+    def release_shared(self) -> None:
+        with self._cond:
+            if self._shared <= 0:
+                raise RuntimeError(f"{self.name}: shared release without a holder")
+            self._shared -= 1
+            self._cond.notify_all()
+
+    def acquire_exclusive(self) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return
+            self._waiting_exclusive += 1
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._owner is None and self._shared == 0)
+            self._waiting_exclusive -= 1
+            self._owner, self._depth = me, 1
+            self._cond.notify_all()
+
+    def release_exclusive(self) -> None:
+        with self._cond:
+            if self._owner != threading.get_ident():
+                raise RuntimeError(f"{self.name}: exclusive release by a thread that does not hold it")
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                self._cond.notify_all()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        self.acquire_shared()
+        try:
+            yield
+        finally:
+            self.release_shared()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        self.acquire_exclusive()
+        try:
+            yield
+        finally:
+            self.release_exclusive()
+
+    def lease(self) -> DeviceLease:
+        return DeviceLease(self)
+
+
+class DeviceLease:
+    """One job's hold on its device, moved by stage names; call `release()` when the job ends."""
+
+    def __init__(self, schedule: GpuSchedule):
+        self.schedule = schedule
+        self.held: str | None = None  # None, "shared" or "exclusive"
+
+    def enter(self, stage: str) -> None:
+        if stage in EXCLUSIVE_STAGES:
+            self._hold("exclusive")
+        elif stage in HOST_ONLY_STAGES:
+            self._hold(None)
+        else:
+            self._hold("shared")
+
+    def release(self) -> None:
+        self._hold(None)
+
+    def _hold(self, wanted: str | None) -> None:
+        if wanted == self.held:
+            return
+        # Let go first, then wait: a job never waits while holding the device, so two jobs
+        # moving to timing at once cannot deadlock.
+        if self.held == "shared":
+            self.schedule.release_shared()
+        elif self.held == "exclusive":
+            self.schedule.release_exclusive()
+        self.held = None
+        if wanted == "shared":
+            self.schedule.acquire_shared()
+        elif wanted == "exclusive":
+            self.schedule.acquire_exclusive()
+        self.held = wanted
