@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from worker.problem_library.catalog import (
-    CANDIDATE_KINDS,
+    ALL_KINDS,
     LibraryError,
     LibraryProblem,
     get_problem,
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("set", nargs="?", default="all", help="a set: `all` or a kernel class (default all)")
     show = actions.add_parser("show", help="show one problem")
     show.add_argument("name")
-    show.add_argument("--source", choices=["reference", *CANDIDATE_KINDS], default="reference",
+    show.add_argument("--source", choices=["reference", *ALL_KINDS], default="reference",
                       help="which source to print (default reference)")
     register = actions.add_parser("register", help="register problems on a server (idempotent)")
     _add_selection(register)
@@ -89,8 +89,9 @@ def _show(args: argparse.Namespace) -> int:
           f"tolerance:         {tolerance}\n"
           f"degenerate output: {'yes' if problem.degenerate_output else 'no'}\n"
           f"description:       {problem.description}\n"
-          f"wrong candidates:  triton_wrong: {problem.bugs['triton_wrong']}\n"
-          f"                   cuda_wrong: {problem.bugs['cuda_wrong']}\n")
+          f"candidates:        {', '.join(problem.kinds)}\n"
+          f"wrong candidates:  " + "\n                   ".join(f"{kind}: {bug}" for kind, bug in problem.bugs.items())
+          + "\n")
     print(problem.reference, end="")
     return 0
 

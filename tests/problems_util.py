@@ -49,6 +49,6 @@ def load_problem(name: str) -> Problem:
     if name not in PROBLEM_NAMES:
         raise ValueError(f"unknown problem {name!r}; expected one of {', '.join(PROBLEM_NAMES)}")
     problem = get_problem(name)
-    return Problem(name=name, reference=problem.reference, **problem.candidates,
+    return Problem(name=name, reference=problem.reference, **{kind: problem.candidates[kind] for kind in CANDIDATE_KINDS},
                    triton_wrong_bug=problem.bugs["triton_wrong"], cuda_wrong_bug=problem.bugs["cuda_wrong"],
                    cpu_sizes=problem.cpu_sizes)

@@ -35,6 +35,8 @@ ALLOWED_ATEN_OPS = frozenset(f"aten::{name}" for name in (
 LIBRARY_NAME = re.compile(
     r"cublas|cudnn|cutlass|xmma|nvjet|gemv|gemmk|gemmSN|splitKreduce|cub::|thrust::|at::|c10::|"
     r"^(sm\d+|ampere|volta|turing|hopper|maxwell|ada)_", re.IGNORECASE)
+# Numba's ABI tags in a demangled name (`add_kernel[abi:v1][abi:cw51...]`).
+ABI_TAG = re.compile(r"\[abi:[^\]]*\]")
 TOP_LIBRARY = 10
 MAX_NAMES = 20
 
@@ -50,12 +52,14 @@ class Attribution:
 
 
 def kernel_base_name(name: str) -> str:
-    """`void ns::relu_kernel<float, 4>(float const*, int)` -> `relu_kernel`; `_Z6kernelPf` -> `kernel`."""
-    mangled = re.match(r"_Z(?:L)?(?:N)?(\d+)", name)
-    if mangled:
-        length = int(mangled.group(1))
-        return name[mangled.end():mangled.end() + length]
-    name = name.replace("(anonymous namespace)", "anon")
+    """`void ns::relu_kernel<float, 4>(float const*, int)` -> `relu_kernel`; `_Z6kernelPf` -> `kernel`.
+
+    Numba names a kernel after its module and qualified name, with ABI tags:
+    `kj_candidate::add_kernel[abi:v1][abi:cw51...](Array<float, 1, C, mutable, aligned>, ...)`,
+    or mangled `_ZN12kj_candidate10add_kernelB2v1B...E5Array...` -> `add_kernel`."""
+    if name.startswith("_Z"):
+        return _mangled_base_name(name)
+    name = ABI_TAG.sub("", name.replace("(anonymous namespace)", "anon"))
     depth, cut = 0, len(name)
     for index, char in enumerate(name):
         if char == "<":
@@ -75,6 +79,18 @@ def kernel_base_name(name: str) -> str:
             plain.append(char)
     text = "".join(plain).strip()
     return text.split("::")[-1].split()[-1] if text else name
+
+
+def _mangled_base_name(name: str) -> str:
+    """The last component of an Itanium-mangled (nested) name: `_ZN2ns6kernelEPf` -> `kernel`."""
+    position = 2 + (name[2:3] == "L")
+    position += name[position:position + 1] == "N"
+    base = name
+    while (length := re.match(r"\d+", name[position:])) is not None:
+        start = position + length.end()
+        base = name[start:start + int(length.group())]
+        position = start + int(length.group())
+    return base
 
 
 def _is_own_name(base: str, own_names: frozenset[str]) -> bool:

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=float, default=None)
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--timing-budget", type=float, default=3.0, help="seconds of timing per model")
-    parser.add_argument("--backend", choices=["cuda", "triton", "pytorch"], default=None)
+    parser.add_argument("--backend", choices=["cuda", "triton", "numba", "pytorch"], default=None)
     parser.add_argument("--sandbox", choices=[s.value for s in SandboxKind], default="bwrap",
                         help="'none' runs user code without isolation (debugging only)")
     parser.add_argument("--reward-preset", default="default")

@@ -1,5 +1,5 @@
 """The kernel names a candidate's source defines: its `__global__` functions (from the C++/CUDA
-sources it compiles) and its `@triton.jit` functions. Kernel attribution labels a launched kernel
+sources it compiles), its `@triton.jit` functions and its Numba `@cuda.jit` kernels. Kernel attribution labels a launched kernel
 as the candidate's own by these names (worker/attribution.py)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def own_kernel_names(source: str) -> frozenset[str]:
     except (SyntaxError, ValueError):
         return frozenset()
     facts = build_facts(source, tree)
-    names = set(facts.triton_kernels)
+    names = set(facts.python_kernels)
     for cuda in find_cuda_sources(facts):
         names.update(global_function_names(cuda.text))
     return frozenset(names)

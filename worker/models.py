@@ -38,6 +38,7 @@ class Backend(str, Enum):
 
     cuda = "cuda"
     triton = "triton"
+    numba = "numba"  # Numba's @cuda.jit kernels
     pytorch = "pytorch"
 
 

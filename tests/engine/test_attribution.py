@@ -94,7 +94,14 @@ def test_an_own_name_launched_by_an_aten_compute_operator_is_library():
     ("relu_kernel(float const*, float*, int)", "relu_kernel"),
     ("void (anonymous namespace)::fused<c10::Half>(c10::Half*)", "fused"),
     ("_Z11relu_kernelPKfPfi", "relu_kernel"),
+    ("_ZN2ns11relu_kernelEPKf", "relu_kernel"),
     ("silu_kernel", "silu_kernel"),
+    # Numba names a kernel module::qualname with ABI tags, demangled or not (numba-cuda 0.30).
+    ("kj_candidate::silu_kernel[abi:v1][abi:cw51cXTLSUwv1sDUaKthqaNgoKmjgOR3W3CwAkMXLaJtQYkOIgxJU0gCqOkELKEJAA_3d_3d]"
+     "(Array<float, 1, C, mutable, aligned>, Array<float, 1, C, mutable, aligned>, long long)", "silu_kernel"),
+    ("_ZN12kj_candidate11silu_kernelB2v1B72cw51cXTLSUwv1sDUaKthqaNgoKmjgOR3W3CwAkMXLaJtQYkOIgxJU0gCqOkELKEJAA_3d_3dE"
+     "5ArrayIfLi1E1C7mutable7alignedE5ArrayIfLi1E1C7mutable7alignedEx", "silu_kernel"),
+    ("kj_candidate::Kernels::row_norm[abi:v2](Array<float, 2, A, mutable, aligned>)", "row_norm"),
 ])
 def test_kernel_base_names(name, base):
     assert kernel_base_name(name) == base

@@ -11,9 +11,11 @@ import sys
 import pytest
 
 from worker.problem_library.catalog import (
+    ALL_KINDS,
     CANDIDATE_KINDS,
     KERNEL_CLASSES,
     LIBRARY_DIR,
+    NUMBA_KINDS,
     LibraryError,
     get_problem,
     load_library,
@@ -44,7 +46,8 @@ def test_problem_has_its_files_and_metadata(name):
     problem = get_problem(name)
     directory = LIBRARY_DIR / name
     assert sorted(p.name for p in directory.glob("*.py")) == sorted(
-        ["reference.py", *(f"{kind}.py" for kind in CANDIDATE_KINDS)])
+        ["reference.py", *(f"{kind}.py" for kind in problem.kinds)])
+    assert set(CANDIDATE_KINDS) <= set(problem.kinds)
     assert problem.kernel_class in KERNEL_CLASSES and problem.profile in ("partial", "full")
     assert len(problem.description) > 20
     assert problem.problem_id == problem_id_for(problem.reference)
@@ -52,19 +55,39 @@ def test_problem_has_its_files_and_metadata(name):
     # The CPU sizes name real size constants and make them smaller.
     assert problem.cpu_sizes
     assert problem.reference_for_cpu() != problem.reference
-    for kind in ("triton_wrong", "cuda_wrong"):
+    for kind in ("triton_wrong", "cuda_wrong", *(["numba_wrong"] if "numba_wrong" in problem.kinds else [])):
         assert len(problem.bugs[kind]) > 30, f"{name}/{kind}.py must say its bug in its docstring"
 
 
-@pytest.mark.parametrize("name", problem_names())
-@pytest.mark.parametrize("kind", CANDIDATE_KINDS)
+@pytest.mark.parametrize(("name", "kind"), [(p.name, kind) for p in load_library() for kind in p.kinds])
 def test_candidate_defines_model_new_for_its_backend(name, kind):
     source = get_problem(name).candidate(kind)
     assert "ModelNew" in _top_level_names(source)
     if kind.startswith("cuda"):
         assert "load_inline(" in source and "__global__" in source
+    elif kind.startswith("numba"):
+        assert "@cuda.jit" in source
     else:
         assert "@triton.jit" in source
+
+
+def test_numba_candidates_come_in_pairs_and_unknown_or_missing_kinds_are_refused(tmp_path):
+    with_numba = [p for p in load_library() if "numba_ok" in p.kinds]
+    assert with_numba and all(set(NUMBA_KINDS) <= set(p.kinds) for p in with_numba)
+    without = next(p for p in load_library() if "numba_ok" not in p.kinds)
+    with pytest.raises(LibraryError, match="has no numba_ok candidate"):
+        without.candidate("numba_ok")
+    with pytest.raises(LibraryError, match="unknown candidate kind"):
+        without.candidate("numba")
+    assert set(ALL_KINDS) == set(CANDIDATE_KINDS) | set(NUMBA_KINDS)
+    # A folder with only one of the pair is malformed.
+    folder = tmp_path / with_numba[0].name
+    folder.mkdir()
+    for source in (LIBRARY_DIR / with_numba[0].name).iterdir():
+        if source.name != "numba_wrong.py" and source.is_file():
+            (folder / source.name).write_text(source.read_text())
+    with pytest.raises(LibraryError, match="numba_ok.py but not the other"):
+        load_problem_dir(folder)
 
 
 def test_matmul_cuda_candidate_is_a_shared_memory_tiled_kernel():

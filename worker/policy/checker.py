@@ -26,7 +26,8 @@ CUSTOM_KERNEL_RULES = ("KJ107",)
 
 
 def detect_backend(source: str) -> Backend:
-    """cuda if the candidate builds a C++/CUDA extension, triton if it defines a Triton kernel."""
+    """cuda if the candidate builds a C++/CUDA extension, else triton if it defines a Triton kernel,
+    else numba if it defines a Numba `@cuda.jit` kernel."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -42,6 +43,8 @@ def _backend_of(facts: CandidateFacts) -> Backend:
         return Backend.cuda
     if facts.triton_kernels:
         return Backend.triton
+    if facts.numba_kernels:
+        return Backend.numba
     return Backend.pytorch
 
 

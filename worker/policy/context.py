@@ -82,7 +82,9 @@ def name_findings(ctx: PolicyContext, table: list[NameRule], scope: Iterable[ast
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for imported in _imported_names(node):
                     entry = match_name(imported, table)
-                    if entry:
+                    # Importing the root of a partly allowed package (`import numba`, `import gc`)
+                    # is judged by what the candidate then uses of it.
+                    if entry and not (entry.allow and imported == entry.prefix):
                         yield ctx.finding(entry.rule, f"imports {imported}", node)
     for node in _chains(ctx, roots):
         if id(node) in skip:

@@ -3,8 +3,9 @@
 Name resolution: `qualname(node)` turns `F.relu`, `getattr(torch, "mm")` or an imported alias
 into a dotted name (`torch.nn.functional.relu`, `torch.mm`) using the candidate's imports and
 module-level aliases. Reachability: the functions that run when the model is called (forward,
-the helpers and methods it calls, hooks), excluding Triton kernels. Kernels: Triton functions
-(@triton.jit/autotune/heuristics) and load_inline extensions with the names bound to them.
+the helpers and methods it calls, hooks), excluding kernels. Kernels: Triton functions
+(@triton.jit/autotune/heuristics), Numba CUDA kernels (@numba.cuda.jit, not device functions) and
+load_inline extensions with the names bound to them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import ast
 from dataclasses import dataclass, field
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"}
+# `from numba import cuda` makes `cuda.jit` this name; `@cuda.jit(device=True)` is a device function.
+NUMBA_DECORATORS = {"numba.cuda.jit"}
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 ENTRY_METHODS = ("forward", "__call__", "_call_impl")
 
@@ -39,12 +42,18 @@ class CandidateFacts:
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     module_names: set[str] = field(default_factory=set)  # module-level assigned (non-import) names
     triton_kernels: dict[str, ast.AST] = field(default_factory=dict)
+    numba_kernels: dict[str, ast.AST] = field(default_factory=dict)  # @cuda.jit kernels (not device functions)
     load_inline_calls: list[ast.Call] = field(default_factory=list)
     extension_names: set[str] = field(default_factory=set)  # module names bound to load_inline(...)
     extension_attrs: set[str] = field(default_factory=set)  # self.<attr> bound to an extension
     model_classes: list[ast.ClassDef] = field(default_factory=list)
     reachable: list[FunctionNode] = field(default_factory=list)
     parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
+
+    @property
+    def python_kernels(self) -> dict[str, ast.AST]:
+        """Kernels written in Python (Triton and Numba), by name."""
+        return {**self.numba_kernels, **self.triton_kernels}
 
     # ---- name resolution -------------------------------------------------------------------
     def qualname(self, node: ast.AST) -> str | None:
@@ -177,12 +186,17 @@ def _collect_kernels(facts: CandidateFacts) -> None:
             names = {facts.qualname(decorator_name(d)) for d in node.decorator_list}
             if names & TRITON_DECORATORS:
                 facts.triton_kernels[node.name] = node
+            elif any(_is_numba_kernel_decorator(facts, d) for d in node.decorator_list):
+                facts.numba_kernels[node.name] = node
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            # kernel = triton.jit(fn)
-            if facts.qualname(node.value.func) in TRITON_DECORATORS:
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        facts.triton_kernels[target.id] = node
+            # kernel = triton.jit(fn), kernel = cuda.jit(fn)
+            name = facts.qualname(node.value.func)
+            kernels = (facts.triton_kernels if name in TRITON_DECORATORS
+                       else facts.numba_kernels if name in NUMBA_DECORATORS and node.value.args
+                       and not _is_device_function(node.value) else None)
+            for target in node.targets if kernels is not None else ():
+                if isinstance(target, ast.Name):
+                    kernels[target.id] = node
         if facts.is_load_inline(node):
             facts.load_inline_calls.append(node)
     for node in ast.walk(facts.tree):
@@ -198,6 +212,16 @@ def _collect_kernels(facts: CandidateFacts) -> None:
                 facts.extension_names.add(target.id)
             elif facts.is_self_attr(target):
                 facts.extension_attrs.add(target.attr)
+
+
+def _is_numba_kernel_decorator(facts: CandidateFacts, decorator: ast.expr) -> bool:
+    return facts.qualname(decorator_name(decorator)) in NUMBA_DECORATORS and not _is_device_function(decorator)
+
+
+def _is_device_function(node: ast.expr) -> bool:
+    """`cuda.jit(device=True)`: a function kernels call, never launched itself."""
+    return isinstance(node, ast.Call) and any(
+        k.arg == "device" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in node.keywords)
 
 
 def _collect_model(facts: CandidateFacts) -> None:
@@ -243,7 +267,7 @@ def _collect_reachable(facts: CandidateFacts) -> None:
     reached: list[FunctionNode] = []
     while pending:
         function = pending.pop()
-        if function in reached or getattr(function, "name", None) in facts.triton_kernels:
+        if function in reached or getattr(function, "name", None) in facts.python_kernels:
             continue
         reached.append(function)
         for node in ast.walk(function):

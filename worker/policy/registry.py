@@ -59,7 +59,7 @@ RULES: tuple[Rule, ...] = (
        "importing the reference `Model` (or the harness's reference module) runs the reference's code "
        "instead of the candidate's"),
     _R("KJ107-no-custom-kernel", "reject", 1,
-       "the candidate defines no CUDA (load_inline) or Triton kernel of its own"),
+       "the candidate defines no CUDA (load_inline), Triton or Numba (@cuda.jit) kernel of its own"),
     _R("KJ111-torch-compile", "reject", 1,
        "torch.compile/TorchScript/inductor generate the kernels; the candidate must write its own"),
     _R("KJ112-cuda-graph", "reject", 1,

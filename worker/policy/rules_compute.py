@@ -90,9 +90,10 @@ def detect_no_kernel(ctx: PolicyContext) -> Iterator[Finding]:
 
     With an explicit `pytorch` backend, check_candidate drops this rule (CUSTOM_KERNEL_RULES)."""
     facts = ctx.facts
-    if not facts.triton_kernels and not facts.load_inline_calls:
+    if not facts.python_kernels and not facts.load_inline_calls:
         where = facts.model_classes[0] if facts.model_classes else None
-        yield ctx.finding("KJ107-no-custom-kernel", "defines no @triton.jit kernel and calls no load_inline", where,
+        yield ctx.finding("KJ107-no-custom-kernel", "defines no @triton.jit or @cuda.jit kernel and calls no load_inline",
+                          where,
                           evidence=f"class {where.name}" if isinstance(where, ast.ClassDef) else None)
 
 

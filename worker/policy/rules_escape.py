@@ -14,6 +14,10 @@ _I, _D, _X, _S, _N, _F, _C, _M = (
     "KJ401-introspection", "KJ402-dynamic-code", "KJ403-process-exit", "KJ404-process-spawn",
     "KJ405-network", "KJ406-file-access", "KJ407-native-code-loading", "KJ408-raw-gpu-allocation",
 )
+NUMBA_SCALAR_TYPES = (
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "intp", "uintp", "boolean", "bool_", "void", "complex64", "complex128",
+)
 ESCAPE_NAMES = [
     *(NameRule(p, _I) for p in (
         "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",
@@ -61,8 +65,11 @@ ESCAPE_NAMES = [
     )),
     *(NameRule(p, _C) for p in (
         "ctypes", "_ctypes", "cffi", "cppyy", "torch.ops.load_library", "torch.classes.load_library",
-        "importlib.machinery.ExtensionFileLoader", "numba", "pycuda", "cuda",
+        "importlib.machinery.ExtensionFileLoader", "pycuda", "cuda", "numba.cuda.cudadrv",
     )),
+    # Numba's CUDA target (@cuda.jit kernels, the Numba backend) and its scalar types; the rest of
+    # Numba compiles host code (njit, cfunc, carray over raw addresses) the policy cannot see.
+    NameRule("numba", _C, allow=("numba.cuda", "numba.types", *(f"numba.{t}" for t in NUMBA_SCALAR_TYPES))),
     *(NameRule(p, _M) for p in (
         "torch.cuda.set_per_process_memory_fraction", "torch.cuda.caching_allocator_alloc",
         "torch.cuda.caching_allocator_delete", "torch.cuda.memory._set_allocator_settings",
@@ -80,7 +87,7 @@ INTROSPECTION_ATTRS = frozenset({
 EXIT_EXCEPTIONS = {"SystemExit", "KeyboardInterrupt", "GeneratorExit", "BaseException"}
 # Modules an honest kernel imports; anything else is flagged for a human to look at.
 USUAL_IMPORTS = (
-    "torch", "triton", "math", "typing", "typing_extensions", "__future__", "dataclasses", "functools",
+    "torch", "triton", "numba", "math", "typing", "typing_extensions", "__future__", "dataclasses", "functools",
     "itertools", "collections", "enum", "numbers", "abc", "warnings", "os", "sys", "numpy", "einops",
     "textwrap", "operator", "contextlib", "copy", "logging", "json", "string", "re",
 )

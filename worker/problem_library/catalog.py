@@ -1,9 +1,10 @@
 """Reads the bundled problems (one folder each, with `problem.json`) into typed records.
 
 A problem folder holds `reference.py` (`Model`, `get_inputs`, `get_init_inputs`; sizes are
-top-level int constants), the candidates named in CANDIDATE_KINDS and `problem.json`:
-name, kernel_class, description, profile, optional atol/rtol, degenerate_output and cpu_sizes
-(the sizes that keep a CPU run, Triton under its interpreter, within a few seconds).
+top-level int constants), the candidates named in CANDIDATE_KINDS, optionally the Numba pair
+(NUMBA_KINDS, both or neither) and `problem.json`: name, kernel_class, description, profile,
+optional atol/rtol, degenerate_output and cpu_sizes (the sizes that keep a CPU run, Triton under
+its interpreter and Numba under its CUDA simulator, within a few seconds).
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from .sizes import shrink_sizes
 LIBRARY_DIR = Path(__file__).resolve().parent
 
 CANDIDATE_KINDS: tuple[str, ...] = ("triton_ok", "triton_wrong", "cuda_ok", "cuda_wrong")
-WRONG_KINDS: tuple[str, ...] = ("triton_wrong", "cuda_wrong")
+# Numba @cuda.jit candidates, written for some problems only.
+NUMBA_KINDS: tuple[str, ...] = ("numba_ok", "numba_wrong")
+ALL_KINDS: tuple[str, ...] = CANDIDATE_KINDS + NUMBA_KINDS
+WRONG_KINDS: tuple[str, ...] = ("triton_wrong", "cuda_wrong", "numba_wrong")
 KERNEL_CLASSES: tuple[str, ...] = (
     "elementwise", "activation", "matmul", "convolution", "reduction", "pooling", "recurrent",
     "normalization", "loss",
@@ -49,7 +53,7 @@ class LibraryProblem:
     degenerate_output: bool
     cpu_sizes: dict[str, int]
     reference: str
-    candidates: dict[str, str] = field(repr=False)
+    candidates: dict[str, str] = field(repr=False)  # kind -> source, for the kinds the folder has
     bugs: dict[str, str] = field(repr=False)  # wrong candidate kind -> its docstring, one line
 
     @property
@@ -57,9 +61,15 @@ class LibraryProblem:
         # Same as worker.store.jobs.problem_id_for, without importing the store (SQLAlchemy).
         return hashlib.sha256(self.reference.encode("utf-8", "surrogatepass")).hexdigest()
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(kind for kind in ALL_KINDS if kind in self.candidates)
+
     def candidate(self, kind: str) -> str:
-        if kind not in CANDIDATE_KINDS:
-            raise LibraryError(f"unknown candidate kind {kind!r}; expected one of {', '.join(CANDIDATE_KINDS)}")
+        if kind not in ALL_KINDS:
+            raise LibraryError(f"unknown candidate kind {kind!r}; expected one of {', '.join(ALL_KINDS)}")
+        if kind not in self.candidates:
+            raise LibraryError(f"problem {self.name!r} has no {kind} candidate; it has {', '.join(self.kinds)}")
         return self.candidates[kind]
 
     def reference_for_cpu(self) -> str:
@@ -101,6 +111,10 @@ def load_problem_dir(directory: Path) -> LibraryProblem:
     """Read one problem folder; raises LibraryError naming what is missing or malformed."""
     meta = _metadata(directory)
     candidates = {kind: _read(directory / f"{kind}.py") for kind in CANDIDATE_KINDS}
+    numba = [kind for kind in NUMBA_KINDS if (directory / f"{kind}.py").is_file()]
+    if numba and len(numba) != len(NUMBA_KINDS):
+        raise LibraryError(f"{directory}: has {numba[0]}.py but not the other of {', '.join(NUMBA_KINDS)}")
+    candidates.update({kind: _read(directory / f"{kind}.py") for kind in numba})
     return LibraryProblem(
         name=meta["name"],
         kernel_class=meta["kernel_class"],
@@ -112,7 +126,8 @@ def load_problem_dir(directory: Path) -> LibraryProblem:
         cpu_sizes=dict(meta.get("cpu_sizes", {})),
         reference=_read(directory / "reference.py"),
         candidates=candidates,
-        bugs={kind: _docstring_line(candidates[kind], directory / f"{kind}.py") for kind in WRONG_KINDS},
+        bugs={kind: _docstring_line(candidates[kind], directory / f"{kind}.py")
+              for kind in WRONG_KINDS if kind in candidates},
     )
 
 

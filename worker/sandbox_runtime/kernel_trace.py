@@ -1,9 +1,10 @@
 """Record what one forward call ran: every GPU kernel (name, stream, GPU time) with the ATen
-operator that launched it, or on CPU every Triton launch and ATen operator (host time).
+operator that launched it, or on CPU every Triton or Numba launch and ATen operator (host time).
 
 Runs inside the candidate's sandbox; the supervisor labels the records (worker/attribution.py).
-The profiler and the Triton interpreter hook are bound at import, before user code loads.
-The events sent back are raw and compact: labelling them is the supervisor's job.
+The profiler and the CPU launch hooks (Triton's interpreter, Numba's CUDA simulator) are bound
+before user code loads. The events sent back are raw and compact: labelling them is the
+supervisor's job.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from . import numba_simulator
+
 _profile = profile
 _record_function = record_function
 _perf_counter_ns = time.perf_counter_ns
@@ -21,14 +24,28 @@ _perf_counter_ns = time.perf_counter_ns
 # Labels carry a nonce drawn at import, so user code cannot open a range that passes for ours.
 _NONCE = secrets.token_hex(6)
 FORWARD_LABEL = f"kj_forward_{_NONCE}"
-TRITON_LAUNCH_PREFIX = f"kj_triton_launch_{_NONCE}::"
+# On CPU each launch of a candidate's kernel (Triton or Numba) runs inside a range named this + its name.
+LAUNCH_PREFIX = f"kj_launch_{_NONCE}::"
 MAX_EVENTS = 20000
 
 
-def install_triton_interpreter_hook() -> None:
-    """Under TRITON_INTERPRET, wrap each kernel launch in a named profiler range.
+def launch_range(kernel_name: str):
+    """The profiler range one CPU kernel launch runs in (read back by worker/attribution.py)."""
+    return _record_function(LAUNCH_PREFIX + kernel_name)
 
-    On CPU nothing else marks where a Triton kernel ran; the range carries its name."""
+
+def install_cpu_launch_hooks() -> None:
+    """On CPU nothing else marks where a kernel ran: wrap each launch of a Triton kernel (under
+    TRITON_INTERPRET) and of a Numba kernel (under Numba's CUDA simulator) in a named range."""
+    _install_triton_interpreter_hook()
+    numba_simulator.install(launch_range)
+
+
+# The name runner.py calls (it is being rewritten by another change); both install every CPU hook.
+install_triton_interpreter_hook = install_cpu_launch_hooks
+
+
+def _install_triton_interpreter_hook() -> None:
     try:
         from triton.runtime.interpreter import InterpretedFunction
     except ImportError:
@@ -36,7 +53,7 @@ def install_triton_interpreter_hook() -> None:
     original = InterpretedFunction.run
 
     def run(self, *args, **kwargs):
-        with _record_function(TRITON_LAUNCH_PREFIX + getattr(self.fn, "__name__", "kernel")):
+        with launch_range(getattr(self.fn, "__name__", "kernel")):
             return original(self, *args, **kwargs)
 
     InterpretedFunction.run = run
@@ -74,9 +91,9 @@ def _raw_events(prof) -> dict:
             kernels.append({"name": name[:300], "kind": kind, "stream": int(event.device_resource_id()),
                             "span": span, "linked": int(event.linked_correlation_id())})
         elif event.linked_correlation_id() == 0 and (
-                name.startswith("aten::") or name == FORWARD_LABEL or name.startswith(TRITON_LAUNCH_PREFIX)):
+                name.startswith("aten::") or name == FORWARD_LABEL or name.startswith(LAUNCH_PREFIX)):
             cpu.append({"name": name[:300], "corr": int(event.correlation_id()), "span": span,
                         "tid": int(event.start_thread_id())})
     truncated = len(cpu) + len(kernels) > MAX_EVENTS
-    return {"forward_label": FORWARD_LABEL, "launch_prefix": TRITON_LAUNCH_PREFIX,
+    return {"forward_label": FORWARD_LABEL, "launch_prefix": LAUNCH_PREFIX,
             "cpu": cpu[:MAX_EVENTS], "kernels": kernels[:MAX_EVENTS], "truncated": truncated}

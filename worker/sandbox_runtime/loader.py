@@ -24,12 +24,14 @@ class UserCodeError(Exception):
 
 def _is_build_failure(exc: BaseException) -> bool:
     # load_inline raises RuntimeError("Error building extension ...") with the compiler log;
-    # Triton raises CompilationError subclasses at first launch.
+    # Triton raises CompilationError subclasses at first launch, Numba (on a GPU) its typing,
+    # lowering and NVVM errors.
     text = str(exc)
     if "Error building extension" in text or "Error compiling objects for extension" in text:
         return True
     names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & {"CompilationError", "CompileTimeAssertionFailure", "PTXASError"}:
+    if names & {"CompilationError", "CompileTimeAssertionFailure", "PTXASError",
+                "TypingError", "LoweringError", "UnsupportedError", "NvvmError"}:
         return True
     # Under TRITON_INTERPRET the errors that compilation would catch on a GPU (unknown names,
     # bad attributes, type errors in the kernel body) arrive wrapped in an InterpreterError.
