@@ -57,7 +57,7 @@ COPY app ./app
 COPY worker ./worker
 COPY kerneljudge ./kerneljudge
 RUN python3 -m pip install ".[server]" \
-    && python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    && python3 -c "import numba, torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'numba', numba.__version__)"
 
 # Non-root: the sandbox itself maps user code to uid 65534 inside its own user namespace.
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin kerneljudge \

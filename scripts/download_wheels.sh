@@ -3,7 +3,10 @@
 # for an offline install (air-gapped GPU clusters, or the device machine here):
 #   scripts/download_wheels.sh [DEST] [PYTHON_VERSION]        (defaults: wheelhouse 3.12)
 # Then, on the GPU host:  scripts/offline_install.sh DEST
-# torch, triton and numpy are NOT downloaded: use the CUDA build the GPU image already has.
+# torch and triton are NOT downloaded: use the CUDA build the GPU image already has (numpy comes along as
+# numba's dependency; pip keeps the image's own numpy when it satisfies numba's range).
+# Numba candidates need numba, llvmlite, numba-cuda and its CUDA Python bindings (cuda-bindings 13,
+# cuda-core, cuda-pathfinder); NVVM, NVRTC and libdevice come from the image's CUDA toolkit (CUDA_HOME).
 set -euo pipefail
 dest=${1:-wheelhouse}
 pyver=${2:-3.12}
@@ -14,7 +17,7 @@ python3 -m pip download --quiet --dest "$dest" --only-binary=:all: \
     --platform any \
     "pydantic>=2.6" "httpx>=0.27" "fastapi>=0.110" "uvicorn>=0.29" "sqlalchemy>=2.0" \
     "celery>=5.4" "redis>=5.0" "prometheus-client>=0.20" "pytest>=8" "setuptools>=68" "wheel" \
-    "ninja>=1.11" "libclang-ng==22.1.4.2"
+    "ninja>=1.11" "libclang-ng==22.1.4.2" "numba>=0.61" "numba-cuda>=0.30,<0.31" "cuda-bindings>=13,<14"
 # bubblewrap as a .deb: unpacked with `dpkg -x` where apt cannot reach a mirror.
 if command -v apt-get >/dev/null; then
     (cd "$dest" && apt-get download bubblewrap >/dev/null 2>&1) || echo "note: could not download the bubblewrap .deb" >&2

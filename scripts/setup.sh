@@ -45,4 +45,4 @@ if [ "$extra" = dev ]; then
     "$py" -m pip install --quiet nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
         nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
 fi
-echo "setup: ready ($("$py" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))" >&2
+echo "setup: ready ($("$py" -c 'import numba, torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "numba", numba.__version__)'))" >&2
