@@ -2,7 +2,8 @@
 
     python -m benchmarks.gpu_eval --device cuda --repeats 5 --out benchmarks/results/gpu_eval.md
 
-For every problem in the problem library (worker/problem_library/): the honest Triton and CUDA candidates are
+For every problem in the problem library (worker/problem_library/): the honest Triton, CUDA (and, where the
+problem has them, Numba) candidates are
 evaluated `--repeats` times (the spread of their speedup over repeated evaluations is the
 timing noise a trainer sees), the wrong ones once. All CUDA builds run first, in parallel on
 CPU threads with no GPU visible (as the service does), then every device stage runs one at a
@@ -29,8 +30,8 @@ from worker.sandbox.selfcheck import check_sandbox
 from worker.settings import EngineSettings
 
 PROBLEMS = LIBRARY_DIR
-HONEST = ("triton_ok", "cuda_ok")
-WRONG = ("triton_wrong", "cuda_wrong")
+HONEST = ("triton_ok", "cuda_ok", "numba_ok")  # Numba candidates exist for some problems only
+WRONG = ("triton_wrong", "cuda_wrong", "numba_wrong")
 
 
 def _sh(command: str) -> str:
