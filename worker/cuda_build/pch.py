@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import subprocess
 import tempfile
@@ -21,6 +22,7 @@ from .torch_support import point_torch_at, support_env
 PCH_HEADER = "kj_torch.h"
 PCH_TEXT = "#include <torch/extension.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 READY = "READY"
+KEY_FILE = "key.json"  # what the header was built for: says why a build found no header that fits
 # The extra_cflags candidates pass most (the corpus: none, -O3, -O2); each needs its own header.
 DEFAULT_VARIANTS: tuple[tuple[str, ...], ...] = ((), ("-O3",), ("-O2",))
 EXTENSION_NAME_FLAG = "-DTORCH_EXTENSION_NAME="
@@ -65,6 +67,36 @@ def find_pch(root: Path, cflags: list[str], compiler: str, torch_version: str) -
     return None
 
 
+def pch_mismatch(root: Path, cflags: list[str], compiler: str, torch_version: str) -> str:
+    """How these flags differ from the closest header there is (for the fallback reason)."""
+    wanted = {"torch": torch_version, "compiler": compiler, "flags": pch_flags(cflags)}
+    keys = []
+    for path in sorted(root.glob(f"*/{KEY_FILE}")):
+        try:
+            keys.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    if not keys:
+        return "no precompiled header has been built"
+
+    def differences(key: dict) -> list[str]:
+        found = []
+        for field in ("torch", "compiler"):
+            if key.get(field) != wanted[field]:
+                found.append(f"{field} {wanted[field]!r} vs header's {key.get(field)!r}")
+        extra = [f for f in wanted["flags"] if f not in key.get("flags", [])]
+        missing = [f for f in key.get("flags", []) if f not in wanted["flags"]]
+        if extra:
+            found.append(f"flags only here: {' '.join(extra)}")
+        if missing:
+            found.append(f"flags only in the header: {' '.join(missing)}")
+        if not found and key.get("flags") != wanted["flags"]:
+            found.append("same flags in another order")
+        return found
+
+    return "; ".join(min((differences(key) for key in keys), key=len))
+
+
 def torch_cflags(toolchain: Toolchain, extra_cflags: list[str]) -> list[str]:
     """The cflags torch's load_inline writes for a CUDA extension with these extra_cflags."""
     import torch.utils.cpp_extension as cpp_extension
@@ -101,6 +133,8 @@ def ensure_pchs(root: Path, toolchain: Toolchain, torch_version: str,
             continue
         header = directory / PCH_HEADER
         header.write_text(PCH_TEXT)
+        (directory / KEY_FILE).write_text(json.dumps({"torch": torch_version, "compiler": compiler,
+                                                      "flags": flags}))
         compiled, options = _compiled_name(toolchain)
         command = [toolchain.fast_cxx, *flags, *options, "-isystem", str(toolchain.cccl_include),
                    "-x", "c++-header", str(header), "-o", str(directory / compiled)]

@@ -25,7 +25,7 @@ import torch.utils.cpp_extension as cpp_extension
 
 from .fast import CompileFailed, build_fast, link_for_abi_check
 from .ninja_state import CUDA_OBJECT, MAIN_OBJECT, NinjaStateRejected, TorchBuildPlan
-from .pch import compiler_identity, find_pch
+from .pch import compiler_identity, find_pch, pch_mismatch
 from .source_map import SourceMap
 from .split import NotSplittable
 from .toolchain import Toolchain, find_toolchain
@@ -85,10 +85,11 @@ class BuildSession:
 
     def _fast(self, directory: Path, record: ExtensionBuild) -> None:
         plan = TorchBuildPlan.read(directory)
-        pch = find_pch(self.pch_root, plan.cflags, compiler_identity(self.toolchain), torch.__version__)
+        compiler = compiler_identity(self.toolchain)
+        pch = find_pch(self.pch_root, plan.cflags, compiler, torch.__version__)
         if pch is None:
-            raise NotSplittable("no precompiled torch header for these compile flags "
-                                f"({' '.join(f for f in plan.cflags if not f.startswith(('-I', '-isystem', '/')))})")
+            raise NotSplittable("no precompiled torch header for these compile flags ("
+                                + pch_mismatch(self.pch_root, plan.cflags, compiler, torch.__version__) + ")")
         report = build_fast(directory, self.toolchain, pch, link_cuda_libraries=self.cuda_torch)
         record.path = "fast"
         record.steps = report.seconds
