@@ -102,6 +102,9 @@ def test_triton_is_reported_over_numba_when_both_define_kernels():
     ("fn = cfunc('void()')(lambda: None)", "from numba import cfunc"),
     # The CUDA driver and NVVM internals under numba.cuda.
     ("ctx = driver.driver.get_device_count()", "from numba.cuda.cudadrv import driver"),
+    # CUDA C or PTX linked into a kernel, out of the policy's sight.
+    ("code = cuda.CUSource('extern \"C\" __device__ int f(int* r) { return 0; }')", ""),
+    ("clock = cuda.declare_device('read_clock', 'int64()')", ""),
 ])
 def test_numba_outside_its_cuda_target_is_native_code(forward, imports):
     assert fired(numba_candidate(forward=forward, imports=imports)) == {"KJ407"}

@@ -66,6 +66,9 @@ ESCAPE_NAMES = [
     *(NameRule(p, _C) for p in (
         "ctypes", "_ctypes", "cffi", "cppyy", "torch.ops.load_library", "torch.classes.load_library",
         "importlib.machinery.ExtensionFileLoader", "pycuda", "cuda", "numba.cuda.cudadrv",
+        # Foreign code linked into a Numba kernel (CUDA C, PTX, binaries), which the policy cannot read.
+        *(f"numba.cuda.{name}" for name in ("declare_device", "CUSource", "PTXSource", "Fatbin", "Cubin",
+                                            "Archive", "Object", "LTOIR")),
     )),
     # Numba's CUDA target (@cuda.jit kernels, the Numba backend) and its scalar types; the rest of
     # Numba compiles host code (njit, cfunc, carray over raw addresses) the policy cannot see.
