@@ -67,6 +67,18 @@ def test_job_flows_end_to_end(cluster):
         job = client.post("/v1/evaluations", params={"wait": 170}, json=BODY).json()
         assert job["status"] == "done", job
         assert job["result"]["status"] == "ok" and job["worker"].startswith("celery@")
+        assert job["building_at"] <= job["built_at"] <= job["running_at"]  # stamped by the pipeline
+
+
+def test_one_worker_process_pipelines_several_jobs(cluster):
+    """The Celery worker runs the embedded workers' pipeline: a second job starts before the first ends."""
+    with cluster.client() as client:
+        ids = [client.post("/v1/evaluations", json=BODY).json()["id"] for _ in range(2)]
+        jobs = [client.get(f"/v1/evaluations/{job_id}", params={"wait": 170}).json() for job_id in ids]
+    assert [job["status"] for job in jobs] == ["done", "done"], jobs
+    assert jobs[0]["worker"] == jobs[1]["worker"]
+    first, second = sorted(jobs, key=lambda job: job["building_at"])
+    assert second["building_at"] < first["finished_at"]
 
 
 def test_killed_worker_job_is_retried_and_finishes(cluster):

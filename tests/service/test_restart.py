@@ -73,3 +73,31 @@ def test_in_flight_jobs_of_a_dead_server_are_requeued_then_failed(tmp_path, data
     finally:
         live.stop()
         store.close()
+
+
+@pytest.mark.parametrize("stage", ["building", "built", "running"])
+def test_a_job_in_any_pipeline_stage_is_requeued_after_a_crash(tmp_path, stage):
+    """A job claimed, prepared and waiting for its GPU, or running when the process died is not lost."""
+    database_url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    settings = make_settings(tmp_path, database_url=database_url, local_workers=0)
+    live = start_server(settings)
+    with live.client() as client:
+        job_id = client.post("/v1/evaluations", json=BODY).json()["id"]
+    live.stop()
+
+    store = JobStore(database_url)
+    claimed = store.claim(job_id, embedded_prefix() + "cpu0", None)[0]
+    if stage in ("built", "running"):
+        assert store.mark_built(job_id, claimed.attempts)
+    if stage == "running":
+        assert store.mark_running(job_id, claimed.attempts)
+    assert store.get(job_id).status == ("running" if stage == "running" else "building")
+
+    live = start_server(settings)
+    try:
+        with live.client() as client:
+            requeued = client.get(f"/v1/evaluations/{job_id}").json()
+            assert requeued["status"] == "queued" and "requeued" in requeued["error"], requeued
+    finally:
+        live.stop()
+        store.close()
