@@ -1,5 +1,5 @@
 """kerneljudge worker: the evaluation engine and the GPU workers that run it.
 
-Importing this package (and `worker.models`) never imports torch: the supervising side
-loads torch only where it compares outputs, and never initialises CUDA.
+Importing this package (and `worker.models`) never imports torch: the supervising side never
+touches a tensor (the judge compares, in its own sandboxed process) and never initialises CUDA.
 """

@@ -219,5 +219,5 @@ def build_cuda_candidate(
 
 def private_copy(ext_dir: Path, destination: Path) -> Path:
     """A writable copy for one run (torch takes a lock file in the build directory)."""
-    shutil.copytree(ext_dir, destination, symlinks=True, copy_function=shutil.copy2)
+    shutil.copytree(ext_dir, destination, symlinks=True, copy_function=shutil.copy2, dirs_exist_ok=True)
     return destination

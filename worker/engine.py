@@ -5,24 +5,19 @@ Split in two so that builds can run on CPU cores while the GPU is busy timing an
 timing, verification, reward; needs the device). `evaluate` does both.
 
 Trust boundary: every piece of user code runs in a sandboxed child (worker.launch). The
-reference's outputs, the comparison and the verdict stay in this process; the candidate's
-child gets the inputs only.
+reference runs in the problem's judge (worker.judge), which keeps its outputs and compares; the
+verdict is made in this process; a candidate's runner gets the inputs only.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import shutil
 import socket
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 from . import build, validate
-from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
+from .device_stage import DeviceStage
+from .launch import UserFailure
 from .models import (
     Backend,
     Device,
@@ -31,29 +26,13 @@ from .models import (
     EvalResult,
     EvalStatus,
 )
+from .prepared_job import PreparedJob, StageCallback
+from .prepared_job import notify as _notify
 from .result_builder import ResultBuilder
-from .sandbox import ResourceLimits, SandboxUnavailable
+from .sandbox import SandboxUnavailable
 from .settings import EngineSettings
 
 log = logging.getLogger(__name__)
-
-# Called with the name of each stage as it starts: validate, build, reference, candidate,
-# compare, timing, reward. The service uses it to move a job from `building` to `running`.
-StageCallback = Callable[[str], None]
-
-
-@dataclass
-class PreparedJob:
-    """A validated and built candidate, ready for the device stage."""
-
-    request: EvalRequest
-    backend: Backend
-    workdir: Path
-    builder: ResultBuilder
-    ext_dir: Path | None = None
-
-    def discard(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def evaluate(request: EvalRequest, *, settings: EngineSettings | None = None,
@@ -63,11 +42,6 @@ def evaluate(request: EvalRequest, *, settings: EngineSettings | None = None,
     if isinstance(prepared, EvalResult):
         return prepared
     return execute(prepared, settings=settings, on_stage=on_stage)
-
-
-def _notify(on_stage: StageCallback | None, stage: str) -> None:
-    if on_stage is not None:
-        on_stage(stage)
 
 
 def _torch_version() -> str:
@@ -105,10 +79,9 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
         return builder.fail(EvalStatus.invalid_input, "gpu_required",
                             "this candidate compiles CUDA C++ (load_inline), which needs a GPU: "
                             "submit it with device 'cuda' or send a Triton candidate for CPU mode")
+    # Only the build reads files: runners get their sources and tensors over their pipes.
     workdir = settings.work_root / uuid.uuid4().hex
-    for sub in ("src_ref", "src_cand", "ref_out", "cand_in", "cand_out"):
-        (workdir / sub).mkdir(parents=True, exist_ok=True)
-    (workdir / "src_ref" / "reference.py").write_text(request.reference)
+    (workdir / "src_cand").mkdir(parents=True, exist_ok=True)
     (workdir / "src_cand" / "candidate.py").write_text(request.candidate)
     prepared = PreparedJob(request=request, backend=backend, workdir=workdir, builder=builder)
     if backend != Backend.cuda:
@@ -140,8 +113,6 @@ def execute(prepared: PreparedJob, *, settings: EngineSettings | None = None,
     """Run reference and candidate on the device, compare, time, verify and score."""
     settings = settings or EngineSettings.from_env()
     try:
-        from .device_stage import DeviceStage
-
         return DeviceStage(prepared, settings, on_stage).run()
     except SandboxUnavailable as exc:
         return prepared.builder.fail(EvalStatus.sandbox_error, "sandbox_unavailable", str(exc))
@@ -153,51 +124,6 @@ def execute(prepared: PreparedJob, *, settings: EngineSettings | None = None,
     finally:
         if not settings.keep_workdirs:
             prepared.discard()
-
-
-def new_seeds(master: int | None, trials: int, pool: int) -> dict:
-    """Seeds the candidate cannot know: drawn from a secret master seed unless one is given."""
-    import random
-
-    rng = random.Random(master if master is not None else secrets.randbits(63))
-    return {
-        "trial_seeds": [rng.randrange(2**31) for _ in range(trials)],
-        "pool_seeds": [rng.randrange(2**31) for _ in range(pool)],
-        "init_seed": rng.randrange(2**31),
-        # Drawn last so that the seeds above stay what they were for a given master seed.
-        "shape_seeds": [rng.randrange(2**31) for _ in range(2)],
-    }
-
-
-def runner(prepared: PreparedJob, settings: EngineSettings, *, role: str, limit_s: float) -> RunnerSession:
-    options = prepared.request.options
-    work = prepared.workdir
-    if role == "reference":
-        paths = RunnerPaths(source=work / "src_ref" / "reference.py", out_dir=work / "ref_out")
-    else:
-        ext = None
-        if prepared.ext_dir is not None:
-            ext = build.private_copy(prepared.ext_dir, work / "cand_ext")
-        paths = RunnerPaths(source=work / "src_cand" / "candidate.py", out_dir=work / "cand_out",
-                            in_dir=work / "cand_in", ext_dir=ext)
-    cuda = options.device == Device.cuda
-    limits = ResourceLimits(
-        cpu_s=int(limit_s * 4) + 60,
-        address_space_bytes=None if cuda else 16 * 1024**3,
-    )
-    config = RunnerConfig(role=role, mode="run", device=options.device.value, paths=paths,
-                          sandbox=options.sandbox)
-    return RunnerSession(config, settings, limits)
-
-
-def link_inputs(prepared: PreparedJob) -> None:
-    """Give the candidate the inputs file only; the reference's outputs stay behind."""
-    source = prepared.workdir / "ref_out" / "inputs.pt"
-    target = prepared.workdir / "cand_in" / "inputs.pt"
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
 
 
 __all__ = ["PreparedJob", "StageCallback", "evaluate", "execute", "prepare"]

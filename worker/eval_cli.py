@@ -94,7 +94,12 @@ def run(args: argparse.Namespace) -> int:
     )
     request = EvalRequest(reference=_read(args.reference), candidate=_read(args.candidate), options=options)
     progress = None if args.json else (lambda stage: print(f"... {stage}", file=sys.stderr, flush=True))
-    result = evaluate(request, on_stage=progress)
+    from .settings import EngineSettings
+
+    settings = EngineSettings.from_env()
+    # One evaluation and exit: a warm runner started for a next job would only be thrown away.
+    settings.warm_sandboxes = 0
+    result = evaluate(request, settings=settings, on_stage=progress)
     print(result.model_dump_json(indent=2) if args.json else summary(result))
     internal = result.status == EvalStatus.sandbox_error
     return 3 if internal else 0

@@ -11,9 +11,12 @@ from pathlib import Path
 from .models import SandboxKind
 from .sandbox import Mount, ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
 from .sandbox.bwrap import gpu_device_nodes
+from .sandbox.process import PAYLOAD_KEY
 from .settings import EngineSettings
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "sandbox_runtime"
+# The judge compares with this package's own comparison code, mounted read-only (never for a candidate).
+PACKAGE_DIR = Path(__file__).resolve().parent
 # KJ_RUNTIME is the runtime package's directory (mapped to the host path without a sandbox).
 BOOT = ("import os, sys; sys.path.insert(0, os.path.dirname(os.environ['KJ_RUNTIME'])); "
         "from sandbox_runtime.runner import main; raise SystemExit(main())")
@@ -30,8 +33,11 @@ class UserFailure(Exception):
 
 @dataclass
 class RunnerPaths:
-    source: Path
-    out_dir: Path
+    """Host paths a runner sees. A build mounts its source and output folder; a run gets its source
+    over the pipe (`load`) and exchanges tensors over it, so it mounts at most the extension folder."""
+
+    source: Path | None = None
+    out_dir: Path | None = None
     in_dir: Path | None = None
     ext_dir: Path | None = None
 
@@ -47,11 +53,13 @@ class RunnerConfig:
 
 def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: ResourceLimits) -> SandboxSpec:
     paths = config.paths
-    mounts = [
-        Mount(RUNTIME_DIR, "/kj/rt/sandbox_runtime"),
-        Mount(paths.source, "/kj/src/module.py"),
-        Mount(paths.out_dir, "/kj/out", writable=True),
-    ]
+    mounts = [Mount(RUNTIME_DIR, "/kj/rt/sandbox_runtime")]
+    if paths.source is not None:
+        mounts.append(Mount(paths.source, "/kj/src/module.py"))
+    if paths.out_dir is not None:
+        mounts.append(Mount(paths.out_dir, "/kj/out", writable=True))
+    if config.role == "reference" and config.mode == "run":
+        mounts.append(Mount(PACKAGE_DIR, "/kj/lib/worker"))
     if paths.in_dir is not None:
         mounts.append(Mount(paths.in_dir, "/kj/in"))
     if paths.ext_dir is not None:
@@ -71,6 +79,9 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         "KJ_IN_DIR": "/kj/in",
         "KJ_OUT_DIR": "/kj/out",
         "TORCH_EXTENSIONS_DIR": "/kj/ext",
+        "KJ_LIB": "/kj/lib/worker",
+        # In the runner's private /tmp: each runner serves one candidate, so no candidate ever
+        # reads a Triton cache another one wrote.
         "TRITON_CACHE_DIR": "/tmp/triton-cache",
         "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": threads,
@@ -125,9 +136,21 @@ class RunnerSession:
         self.environment = message.get("environment") or {}
         return message
 
-    def request(self, op: str, deadline: float, expect: str = "done", **fields) -> dict:
+    def load(self, source: str, deadline: float, *, cpu_s: int | None = None) -> None:
+        """Import the module this runner serves (once; a runner never loads a second one)."""
+        self.request("load", deadline, expect="loaded", source=source, cpu_s=cpu_s)
+
+    def request(self, op: str, deadline: float, expect: str = "done", forward: dict | None = None,
+                **fields) -> dict:
+        """Send one operation and wait for its reply. `forward`: a reply from another runner whose
+        tensors go along (their description and bytes, passed on as they came)."""
+        payload = None
+        if forward is not None and PAYLOAD_KEY in forward:
+            fields["payload"] = forward["payload"]
+            fields["payload_bytes"] = forward["payload_bytes"]
+            payload = forward[PAYLOAD_KEY]
         try:
-            self.process.send({"op": op, **fields})
+            self.process.send({"op": op, **fields}, payload=payload)
         except (BrokenPipeError, OSError):
             pass  # the child is gone; _expect reports how it ended
         return self._expect((expect,), deadline)

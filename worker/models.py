@@ -212,6 +212,9 @@ class TimingReport(BaseModel):
     speedup_ci95: tuple[float, float]
     # Candidate time seen from outside its process (host clock around device-wide syncs).
     candidate_host_median_ms: float | None = None
+    reference_age_s: float | None = Field(default=None, description=(
+        "Age of the reference timing used, in seconds (0 when measured for this job; reference timing "
+        "is cached per problem and GPU and re-measured on a schedule)."))
 
 
 class RuleHit(BaseModel):

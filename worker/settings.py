@@ -38,6 +38,15 @@ class EngineSettings:
     timing_pool_size: int = 4
     # The doubled-batch trial (KJ-R09) is skipped when its inputs would exceed this.
     shape_trial_max_bytes: int = 4 * 1024**3
+    # Candidate runners kept started and warm (torch and Triton imported), each used once; 0: none.
+    warm_sandboxes: int = 1
+    # Problems whose judge (inputs, reference outputs, reference timing) stays warm; 0: one per job.
+    reference_cache_entries: int = 4
+    # A problem's judge is replaced, with fresh secret seeds, after this long or this many jobs.
+    reference_max_age_s: float = 600.0
+    reference_max_uses: int = 100
+    # Reference timing older than this is measured again before it is used.
+    reference_retime_s: float = 120.0
     # Set by the service's pipeline: this device's shared/exclusive schedule. The pipeline already
     # holds it exclusively during a job's "timing" stage; engine code that times on the device
     # outside a job's stages takes `gpu_schedule.exclusive()` itself (None: nothing to share with).
@@ -68,4 +77,13 @@ class EngineSettings:
         settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES",
                                                             settings.shape_trial_max_bytes))
         settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS") or 0)
+        settings.warm_sandboxes = int(os.environ.get("KERNELJUDGE_WARM_SANDBOXES", settings.warm_sandboxes))
+        settings.reference_cache_entries = int(os.environ.get("KERNELJUDGE_REFERENCE_CACHE_ENTRIES",
+                                                              settings.reference_cache_entries))
+        settings.reference_max_age_s = float(os.environ.get("KERNELJUDGE_REFERENCE_MAX_AGE_S",
+                                                            settings.reference_max_age_s))
+        settings.reference_max_uses = int(os.environ.get("KERNELJUDGE_REFERENCE_MAX_USES",
+                                                         settings.reference_max_uses))
+        settings.reference_retime_s = float(os.environ.get("KERNELJUDGE_REFERENCE_RETIME_S",
+                                                           settings.reference_retime_s))
         return settings

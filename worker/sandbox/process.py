@@ -19,6 +19,10 @@ from .spec import ResourceLimits, SandboxSpec
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# Tensor bytes after a message line (see sandbox_runtime/wire); raised per process by its user
+# when larger payloads are expected (the judge's inputs, a candidate's outputs of known size).
+DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+PAYLOAD_KEY = "_payload"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -113,6 +117,7 @@ class SandboxProcess:
         self.stdout = CappedLog(spec.limits.log_bytes)
         self.stderr = CappedLog(spec.limits.log_bytes)
         self.messages: queue.Queue[dict | None] = queue.Queue()
+        self.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
         self._proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
 
@@ -170,6 +175,24 @@ class SandboxProcess:
                     message = {"event": "error", "kind": "protocol", "message": "unreadable reply"}
                 if not isinstance(message, dict):
                     message = {"event": "error", "kind": "protocol", "message": "reply is not an object"}
+                message.pop(PAYLOAD_KEY, None)
+                size = message.get("payload_bytes") or 0
+                if size:
+                    if type(size) is not int or not 0 < size <= self.max_payload_bytes:
+                        self.messages.put({"event": "error", "kind": "protocol",
+                                           "message": f"reply announces {size!r} bytes of tensors, over the "
+                                                      f"{self.max_payload_bytes}-byte limit for this reply"})
+                        break
+                    data = bytearray(size)
+                    view, done = memoryview(data), 0
+                    while done < size:
+                        got = stream.readinto(view[done:])
+                        if not got:
+                            break
+                        done += got
+                    if done < size:
+                        break
+                    message[PAYLOAD_KEY] = data
                 self.messages.put(message)
         self.messages.put(None)
 
@@ -197,10 +220,26 @@ class SandboxProcess:
             thread.join(timeout=2.0)
 
     # -- messages ------------------------------------------------------------------------
-    def send(self, message: dict) -> None:
+    def send(self, message: dict, payload: bytes | bytearray | None = None) -> None:
+        """Write one command; a payload (tensor bytes) goes from a thread of its own, so a child
+        that stops reading cannot block the supervisor: its reply deadline still applies."""
         assert self._proc is not None and self._proc.stdin is not None
-        self._proc.stdin.write((json.dumps(message) + "\n").encode())
-        self._proc.stdin.flush()
+        line = (json.dumps(message) + "\n").encode()
+        if not payload:
+            self._proc.stdin.write(line)
+            self._proc.stdin.flush()
+            return
+        stdin = self._proc.stdin
+
+        def write() -> None:
+            try:
+                stdin.write(line)
+                stdin.write(payload)
+                stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass  # the child is gone; its reply (or its absence) says how
+
+        self._spawn(write)
 
     def receive(self, timeout_s: float) -> dict:
         """Next message; SandboxTimeout after `timeout_s` (child killed), SandboxExited on EOF."""
@@ -218,6 +257,10 @@ class SandboxProcess:
                 code = self._proc.returncode
             raise SandboxExited(code, self.stderr.text()[-4000:])
         return message
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     @property
     def pid(self) -> int | None:

@@ -1,6 +1,8 @@
 """Message channel to the supervisor: commands on stdin, JSON-line replies on a dedicated fd.
 
-stdout/stderr are the user code's own logs; the supervisor never parses them.
+stdout/stderr are the user code's own logs; the supervisor never parses them. A message may
+carry tensors (see wire): its line says how many bytes follow ("payload_bytes"), and the bytes
+come right after it on the same pipe.
 """
 
 from __future__ import annotations
@@ -10,19 +12,63 @@ import os
 import sys
 from typing import Any
 
+import torch
+
+from . import wire
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
 
 class Channel:
     def __init__(self) -> None:
         fd = int(os.environ["KJ_MSG_FD"])
-        self._out = os.fdopen(fd, "w", buffering=1, closefd=True)
-        self._in = sys.stdin
+        self._out = os.fdopen(fd, "wb", buffering=1 << 20, closefd=True)
+        self._in = sys.stdin.buffer
+        self._unread = 0  # payload bytes of the last command that its handler did not read
 
-    def send(self, event: str, **fields: Any) -> None:
-        self._out.write(json.dumps({"event": event, **fields}) + "\n")
-        self._out.flush()
+    def send(self, event: str, payload: object = None, **fields: Any) -> None:
+        tensors: list[torch.Tensor] = []
+        if payload is not None:
+            description, tensors = wire.pack(payload)
+            fields["payload"] = description
+            fields["payload_bytes"] = wire.payload_bytes(description)
+        self._out.write((json.dumps({"event": event, **fields}) + "\n").encode())
+        wire.write_tensors(self._out, tensors)
 
     def receive(self) -> dict[str, Any] | None:
-        line = self._in.readline()
+        self.skip_payload()
+        line = self._in.readline(MAX_LINE_BYTES)
         if not line:
             return None
-        return json.loads(line)
+        command = json.loads(line)
+        self._unread = int(command.get("payload_bytes") or 0)
+        return command
+
+    def read_payload(self, command: dict, choose=wire.want_all) -> object:
+        """The command's value, with the tensors `choose` marked wanted read into fresh storage."""
+        specs = wire.parse_specs(command.get("payload"))
+        if sum(spec.nbytes for spec in specs) != self._unread:
+            raise wire.WireError("payload size does not match its description")
+        value = wire.unpack_tree(command["payload"], specs)
+        choose(value)
+        wanted = {p.index for p in _pending(value) if p.wanted}
+        self._unread = 0
+        tensors = wire.read_tensors(self._in, specs, wanted)
+        return wire.resolve(value, tensors)
+
+    def skip_payload(self) -> None:
+        while self._unread:
+            chunk = self._in.read(min(self._unread, wire.SKIP_CHUNK))
+            if not chunk:
+                break
+            self._unread -= len(chunk)
+
+
+def _pending(value: object) -> list[wire.Pending]:
+    if isinstance(value, wire.Pending):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [p for x in value for p in _pending(x)]
+    if isinstance(value, dict):
+        return [p for x in value.values() for p in _pending(x)]
+    return []

@@ -1,11 +1,15 @@
-"""Entry point inside the sandbox: load one user module and serve the supervisor's commands.
+"""Entry point inside the sandbox: start warm, load one user module, serve the supervisor's commands.
 
-Environment: KJ_ROLE (reference|candidate), KJ_MODE (build|run), KJ_DEVICE (cpu|cuda),
-KJ_SOURCE (the module file), KJ_IN_DIR / KJ_OUT_DIR, KJ_MSG_FD (reply channel).
-Commands (one JSON object per line on stdin): generate (reference: inputs, outputs, their
-float64 ground truth and the doubled-batch trial), run (candidate: the trials with the inputs
-as forward left them, then the doubled batch), trace (the kernels one call ran), time,
-save_timed, exit. Replies: ready, done, timing, error.
+A runner starts before it knows its job (the warm pool): it imports torch and Triton and
+initialises the device, then says `ready`. `load` hands it the module's source, which it imports
+once; a runner never loads a second module. The candidate role is served here; the reference
+role is the judge (judge_process.py), which keeps the reference's inputs and outputs in memory
+and compares.
+
+Environment: KJ_ROLE (reference|candidate), KJ_DEVICE (cpu|cuda), KJ_MSG_FD (reply channel).
+Commands (one JSON line on stdin, tensors after it, see wire): load, run (the trials with the
+inputs as forward left them, then the doubled batch), trace (the kernels one call ran), time,
+timed_outputs, exit. Replies: ready, loaded, done, timing, error.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ from __future__ import annotations
 import os
 import platform
 import re
+import resource
+import tempfile
 import traceback
 
 import torch
 
 from . import (
     kernel_trace,
-    reference_checks,
     timer,  # binds clocks and sync before any user code is imported
 )
 from .channel import Channel
@@ -33,7 +38,7 @@ from .loader import (
     to_device,
     to_storable,
 )
-from .shape_variant import input_bytes, input_shapes, wider_batch_plans
+from .wire import WireError
 
 INPUT_CHECK_TRIALS = 2
 REQUIRED_NAMES = {"reference": ("Model", "get_inputs", "get_init_inputs"), "candidate": ("ModelNew",)}
@@ -64,52 +69,77 @@ def environment(device: torch.device) -> dict:
 
 
 class Runner:
+    """What both roles share: start, load, the command loop, calls and timing."""
+
+    role = "candidate"
+
     def __init__(self) -> None:
-        self.role = os.environ["KJ_ROLE"]
-        self.mode = os.environ.get("KJ_MODE", "run")
         device = torch.device(os.environ.get("KJ_DEVICE", "cpu"))
         # CUDA_VISIBLE_DEVICES narrows the view to the worker's GPU, which is then index 0.
         self.device = torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
-        self.in_dir = os.environ.get("KJ_IN_DIR", "/kj/in")
-        self.out_dir = os.environ.get("KJ_OUT_DIR", "/kj/out")
         self.channel = Channel()
         self.integrity = IntegrityWatch()
         self.module = None
         self.model = None
         self.pool: list[list] = []
-        # Outputs of the last timing run, per pool slot; written out by `save_timed`.
-        self.last_timed: dict[int, object] = {}
 
     # -- lifecycle -----------------------------------------------------------------
-    def start(self) -> bool:
+    def start(self) -> None:
         # Both sides compute in strict float32: TF32 would make the reference's own error as large
         # as the reduced-precision shortcuts the precision check looks for (candidates may not
         # change these settings: KJ113).
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        if self.device.type == "cuda" and self.mode != "build":
+        if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             torch.cuda.init()
         else:
             kernel_trace.install_triton_interpreter_hook()
-        self.module = load_module(os.environ["KJ_SOURCE"], f"kj_{self.role}")
-        missing = [name for name in REQUIRED_NAMES[self.role] if not hasattr(self.module, name)]
-        if missing:
-            raise UserCodeError("runtime_error", f"the module does not define {', '.join(missing)} after import")
-        env_device = self.device if self.mode != "build" else torch.device("cpu")
-        self.channel.send("ready", environment=environment(env_device))
-        return self.mode != "build"
+        try:
+            import triton  # noqa: F401 - imported while warm, so that the job does not pay for it
+        except ImportError:
+            pass
+        self.channel.send("ready", environment=environment(self.device))
 
     def serve(self) -> None:
         while True:
             command = self.channel.receive()
             if command is None or command.get("op") == "exit":
                 return
-            handler = getattr(self, f"op_{command.get('op')}", None)
+            op = command.get("op")
+            if op != "load" and self.module is None:
+                self.channel.send("error", kind="protocol", message=f"{op!r} before load")
+                continue
+            handler = getattr(self, f"op_{op}", None)
             if handler is None:
-                self.channel.send("error", kind="protocol", message=f"unknown op {command.get('op')!r}")
+                self.channel.send("error", kind="protocol", message=f"unknown op {op!r}")
                 continue
             handler(command)
+
+    def op_load(self, command: dict) -> None:
+        if self.module is not None:
+            raise UserCodeError("protocol", "this runner already loaded a module; runners are used once")
+        cpu_s = command.get("cpu_s")
+        if cpu_s:
+            # The pool starts runners with a generous CPU limit; the job's own is set here, before
+            # the user's code runs (it cannot raise it again).
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            spent = int(used.ru_utime + used.ru_stime) + 1
+            _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            soft = spent + int(cpu_s)
+            if hard != resource.RLIM_INFINITY:
+                soft = min(soft, hard)
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        # The source lives in the sandbox's private /tmp (a private directory without a sandbox).
+        folder = tempfile.mkdtemp(prefix="kj-src-")
+        path = os.path.join(folder, "module.py")
+        with open(path, "w") as handle:
+            handle.write(command["source"])
+        self.module = load_module(path, f"kj_{self.role}")
+        missing = [name for name in REQUIRED_NAMES[self.role] if not hasattr(self.module, name)]
+        if missing:
+            raise UserCodeError("runtime_error", f"the module does not define {', '.join(missing)} after import")
+        self.channel.send("loaded")
 
     # -- helpers -------------------------------------------------------------------
     def _sync(self) -> None:
@@ -133,9 +163,30 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, what) from exc
 
+    # -- timing (both roles) ----------------------------------------------------------
+    def op_time(self, command: dict) -> None:
+        try:
+            samples = timer.time_model(self.model, self.pool, self.device, runs=command["runs"],
+                                       snapshot=bool(command.get("snapshot")))
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, "while timing forward") from exc
+        # Kept for `timed_outputs`, which sends them outside the externally clocked request.
+        self.last_timed = samples.last_outputs
+        self.channel.send("timing", device_ms=samples.device_ms, host_ms=samples.host_ms,
+                          warmup_runs=samples.warmup_runs, tampered=self.integrity.changed())
+
+
+class CandidateRunner(Runner):
+    role = "candidate"
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Outputs of the last timing run, per pool slot; sent by `timed_outputs`.
+        self.last_timed: dict[int, object] = {}
+
     def _checked_call(self, args: list, what: str, keep_inputs: bool) -> dict:
         """A candidate call that also reports outputs sharing memory with an input and the inputs
-        as forward left them (the supervisor compares them with its own copies)."""
+        as forward left them (the judge compares them with its own copies)."""
         try:
             with torch.no_grad():
                 out = self.model(*args)
@@ -157,93 +208,8 @@ class Runner:
         block.fill_(float("nan"))
         del block
 
-    def _inputs(self, seed: int) -> list:
-        torch.manual_seed(seed)
-        try:
-            inputs = list(self.module.get_inputs())
-        except BaseException as exc:  # noqa: BLE001
-            raise classify(exc, "in get_inputs()") from exc
-        return inputs
-
-    # -- operations ------------------------------------------------------------------
-    def op_generate(self, command: dict) -> None:
-        torch.manual_seed(command["init_seed"])
-        try:
-            init_inputs = list(self.module.get_init_inputs())
-        except BaseException as exc:  # noqa: BLE001
-            raise classify(exc, "in get_init_inputs()") from exc
-        trials = [self._inputs(seed) for seed in command["trial_seeds"]]
-        pool = [self._inputs(seed) for seed in command["pool_seeds"]]
-        self._construct("Model", init_inputs, command["init_seed"])
-        trial_outputs = [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
-                         for i, a in enumerate(trials)]
-        perturbed = self._perturb_degenerate(trials, trial_outputs, command.get("tolerances") or {})
-        truths, truth_skipped = reference_checks.float64_truth(
-            self.model, trials, lambda model, args: self._call(args, "in Model.forward (float64)", model),
-            lambda args: to_device(args, self.device))
-        outputs = {
-            "trials": trial_outputs,
-            "truths": truths or [],
-            "pool": [self._call(to_device(clone_args(a), self.device), "in Model.forward (timing inputs)")
-                     for a in pool],
-        }
-        shape_inputs, shape_outputs, shape_info = self._shape_trial(command.get("shape_seeds") or [],
-                                                                    command.get("shape_max_bytes", 0))
-        outputs["shape_trials"] = shape_outputs
-        torch.save({"init_inputs": init_inputs, "trials": trials, "pool": pool, "shape_trials": shape_inputs},
-                   f"{self.out_dir}/inputs.pt")
-        torch.save(outputs, f"{self.out_dir}/outputs.pt")
-        self.pool = [to_device(a, self.device) for a in pool]
-        self.channel.send("done", op="generate", shape_trial=shape_info, perturbed_trials=perturbed,
-                          truth_skipped=truth_skipped, tampered=self.integrity.changed())
-
-    def _perturb_degenerate(self, trials: list, outputs: list[dict], tolerances: dict) -> list[int]:
-        """Scale/shift later trials' inputs when the outputs do not move between trials; returns
-        the trials changed (each kept only where the reference's output stays finite and moves)."""
-        if not reference_checks.all_degenerate(outputs, tolerances):
-            return []
-        changed = []
-        for index in range(1, len(trials)):
-            scale, shift = reference_checks.perturbation_for(index)
-            for option in ((scale, shift), (scale, 0.0)):
-                args = reference_checks.perturb(trials[index], *option)
-                try:
-                    out = self._call(to_device(clone_args(args), self.device), "in Model.forward (perturbed)")
-                except UserCodeError:
-                    continue
-                if reference_checks.finite_where(outputs[0], out) and reference_checks.outputs_move(
-                        outputs[0], out, tolerances):
-                    trials[index], outputs[index] = args, out
-                    changed.append(index)
-                    break
-        return changed
-
-    def _shape_trial(self, seeds: list[int], max_bytes: int) -> tuple[list, list, dict]:
-        """One trial on a doubled batch, if the reference accepts one (see shape_variant)."""
-        if len(seeds) != 2:
-            return [], [], {"skipped": "not requested"}
-        first, second = self._inputs(seeds[0]), self._inputs(seeds[1])
-        plans = wider_batch_plans(first, second)
-        if not plans:
-            return [], [], {"skipped": "get_inputs() returns no tensor whose first dimension can be doubled"}
-        size = input_bytes(plans[0].args)
-        if size > max_bytes:
-            return [], [], {"skipped": f"the doubled inputs would take {size} bytes, "
-                                       f"over the {max_bytes}-byte limit for this check"}
-        refused = []
-        for plan in plans:
-            try:
-                out = self._call(to_device(clone_args(plan.args), self.device), "in Model.forward (doubled batch)")
-            except UserCodeError as exc:
-                refused.append(f"doubling inputs {plan.widened}: {exc.message}")
-                continue
-            info = {"widened": plan.widened, "problem_shapes": input_shapes(first),
-                    "shapes": input_shapes(plan.args)}
-            return [plan.args], [out], info
-        return [], [], {"skipped": "the reference does not accept a doubled batch (" + "; ".join(refused) + ")"}
-
     def op_run(self, command: dict) -> None:
-        data = torch.load(f"{self.in_dir}/inputs.pt", weights_only=True)
+        data = self.channel.read_payload(command)
         self._construct("ModelNew", data["init_inputs"], command["init_seed"])
         results = []
         for index, args in enumerate(data["trials"]):
@@ -262,8 +228,8 @@ class Runner:
                                                 "in ModelNew.forward (doubled batch)"))
             except UserCodeError as exc:
                 shape_results.append({"kind": "error", "message": exc.message})
-        torch.save({"trials": results, "shape_trials": shape_results}, f"{self.out_dir}/outputs.pt")
-        self.channel.send("done", op="run", tampered=self.integrity.changed())
+        self.channel.send("done", payload={"trials": results, "shape_trials": shape_results},
+                          op="run", tampered=self.integrity.changed())
 
     def op_trace(self, command: dict) -> None:
         args = clone_args(self.pool[0])
@@ -273,36 +239,9 @@ class Runner:
             raise classify(exc, "in ModelNew.forward (kernel trace)") from exc
         self.channel.send("done", op="trace", events=events, tampered=self.integrity.changed())
 
-    def op_time(self, command: dict) -> None:
-        try:
-            samples = timer.time_model(
-                self.model,
-                self.pool,
-                self.device,
-                budget_s=command["budget_s"],
-                min_runs=command["min_runs"],
-                max_runs=command["max_runs"],
-                target_rse=command["target_rse"],
-                fixed_runs=command.get("fixed_runs"),
-            )
-        except BaseException as exc:  # noqa: BLE001
-            raise classify(exc, "while timing forward") from exc
-        # Kept for `save_timed`, which writes them outside the externally clocked request.
-        self.last_timed = samples.last_outputs
-        self.channel.send(
-            "timing",
-            device_ms=samples.device_ms,
-            host_ms=samples.host_ms,
-            warmup_runs=samples.warmup_runs,
-            stopped_by=samples.stopped_by,
-            tampered=self.integrity.changed(),
-        )
-
-
-    def op_save_timed(self, command: dict) -> None:
-        stored = {slot: to_storable(out) for slot, out in self.last_timed.items()}
-        torch.save({"pool": stored}, f"{self.out_dir}/timed_outputs_{command['tag']}.pt")
-        self.channel.send("done", op="save_timed", tampered=self.integrity.changed())
+    def op_timed_outputs(self, command: dict) -> None:
+        stored = {str(slot): to_storable(out) for slot, out in self.last_timed.items()}
+        self.channel.send("done", payload={"pool": stored}, op="timed_outputs", tampered=self.integrity.changed())
 
 
 def aliased_outputs(out: object, args: list) -> list[str]:
@@ -319,12 +258,20 @@ def aliased_outputs(out: object, args: list) -> list[str]:
 
 
 def main() -> int:
-    runner = Runner()
+    if os.environ.get("KJ_ROLE") == "reference":
+        from .judge_process import JudgeRunner
+
+        runner: Runner = JudgeRunner()
+    else:
+        runner = CandidateRunner()
     try:
-        if runner.start():
-            runner.serve()
+        runner.start()
+        runner.serve()
     except UserCodeError as exc:
         runner.channel.send("error", kind=exc.kind, message=exc.message, detail=exc.detail)
+    except WireError as exc:
+        runner.channel.send("error", kind="protocol", message=f"unreadable tensors: {exc}")
+        return 1
     except BaseException as exc:  # noqa: BLE001 - report, then exit non-zero
         runner.channel.send("error", kind="runtime_error", message=f"{type(exc).__name__}: {exc}",
                             detail=traceback.format_exc()[-MAX_TRACEBACK_CHARS:])

@@ -1,10 +1,17 @@
-"""Timing loop, the same for reference and candidate.
+"""Timing loop, the same for reference and candidate: a fixed number of calls chosen by the supervisor.
 
-GPU: CUDA events around each call, an L2 flush before each call (outside the events),
-device-wide synchronisation around every iteration, inputs rotated through a pool of
-distinct input sets so that no pointer or value repeats between consecutive calls.
-CPU: a host clock around each call. Host-clock samples are always taken as well, so the
-supervisor can see work that escaped the events (side streams).
+What a GPU sample measures: the device time of one forward call on cold L2, from a CUDA event
+recorded just before the call to one recorded just after it, on the current stream. Before each
+call the L2 cache is flushed by zeroing a buffer larger than it; the flush is queued on the same
+stream without waiting for it, so the GPU is still busy with it while the host launches the call.
+The start event therefore fires when the flush ends, by which time the call's kernels are already
+queued behind it: the window holds the device's work, not the host's launch overhead (the way
+triton.testing.do_bench measures). A device-wide synchronisation after each call ends the
+iteration, so work that escaped onto another stream cannot spill into the next sample. Inputs
+rotate through a pool of distinct input sets, so no pointer or value repeats between calls.
+
+CPU: a host clock around each call. On GPU a short host-clocked pass (synchronised before and
+after each call) follows, reported so the supervisor can see time spent outside the events.
 
 Clock and sync functions are bound here at import time, before user code is loaded, so a
 candidate that rebinds torch.cuda.synchronize or time.perf_counter does not change them.
@@ -12,7 +19,6 @@ candidate that rebinds torch.cuda.synchronize or time.perf_counter does not chan
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +33,7 @@ _current_stream = torch.cuda.current_stream
 _Event = torch.cuda.Event
 
 WARMUP_RUNS = 3
+HOST_CLOCK_RUNS = 10
 L2_FLUSH_MIN_BYTES = 256 * 1024 * 1024
 
 
@@ -35,7 +42,6 @@ class TimingSamples:
     device_ms: list[float] = field(default_factory=list)
     host_ms: list[float] = field(default_factory=list)
     warmup_runs: int = 0
-    stopped_by: str = ""
     # Last output produced for each pool slot, re-checked against the reference outside.
     last_outputs: dict[int, object] = field(default_factory=dict)
 
@@ -62,27 +68,6 @@ class DeviceClock:
         return _EventBase.elapsed_time(start, end) if self.cuda else (end - start) * 1e3
 
 
-class _RunningRse:
-    """Relative standard error of the mean, updated per sample (Welford), so the stopping check
-    costs the same at sample 10 as at sample 100,000."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.mean = 0.0
-        self.m2 = 0.0
-
-    def add(self, value: float) -> None:
-        self.n += 1
-        delta = value - self.mean
-        self.mean += delta / self.n
-        self.m2 += delta * (value - self.mean)
-
-    def value(self) -> float:
-        if self.n < 2 or self.mean <= 0:
-            return math.inf
-        return math.sqrt(self.m2 / (self.n - 1) / self.n) / self.mean
-
-
 class _GpuIteration:
     def __init__(self, device: torch.device) -> None:
         props = torch.cuda.get_device_properties(device)
@@ -91,26 +76,41 @@ class _GpuIteration:
         self.start = _Event(enable_timing=True)
         self.end = _Event(enable_timing=True)
 
-    def run(self, call: Callable[[], object]) -> tuple[float, float, object]:
-        self.flush.zero_()
-        _cuda_sync()
-        t0 = _perf_counter()
+    def run(self, call: Callable[[], object]) -> tuple[float, object]:
+        """Device milliseconds of one call on cold L2 (see the module docstring)."""
         stream = _current_stream()
+        self.flush.zero_()
         _EventBase.record(self.start, stream)
         out = call()
         _EventBase.record(self.end, stream)
         _cuda_sync()
-        t1 = _perf_counter()
-        return _EventBase.elapsed_time(self.start, self.end), (t1 - t0) * 1e3, out
+        return _EventBase.elapsed_time(self.start, self.end), out
+
+    def host_run(self, call: Callable[[], object]) -> float:
+        """Host milliseconds of one call between device-wide synchronisations."""
+        self.flush.zero_()
+        _cuda_sync()
+        t0 = _perf_counter()
+        call()
+        _cuda_sync()
+        return (_perf_counter() - t0) * 1e3
+
+
+_gpu_iterations: dict[torch.device, _GpuIteration] = {}
+
+
+def _gpu_iteration(device: torch.device) -> _GpuIteration:
+    """One flush buffer per process, not one per timing pass."""
+    if device not in _gpu_iterations:
+        _gpu_iterations[device] = _GpuIteration(device)
+    return _gpu_iterations[device]
 
 
 class _CpuIteration:
-    def run(self, call: Callable[[], object]) -> tuple[float, float, object]:
+    def run(self, call: Callable[[], object]) -> tuple[float, object]:
         t0 = _perf_counter()
         out = call()
-        t1 = _perf_counter()
-        ms = (t1 - t0) * 1e3
-        return ms, ms, out
+        return (_perf_counter() - t0) * 1e3, out
 
 
 def _snapshot(out: object) -> object:
@@ -121,48 +121,32 @@ def _snapshot(out: object) -> object:
     return out
 
 
-def time_model(
-    model: Callable[..., object],
-    pool: list[list],
-    device: torch.device,
-    *,
-    budget_s: float,
-    min_runs: int,
-    max_runs: int,
-    target_rse: float,
-    fixed_runs: int | None = None,
-) -> TimingSamples:
-    """Time `model` over the input pool; adaptive unless `fixed_runs` is given."""
-    iteration = _GpuIteration(device) if device.type == "cuda" else _CpuIteration()
+def time_model(model: Callable[..., object], pool: list[list], device: torch.device, *, runs: int,
+               snapshot: bool = False) -> TimingSamples:
+    """Time `runs` calls of `model` over the input pool, after a short warm-up.
+
+    With `snapshot`, a copy of the last output for each pool slot is kept (taken after the timed
+    window), for the judge to re-check: an output buffer reused across calls must still hold that
+    slot's answer."""
+    cuda = device.type == "cuda"
+    iteration = _gpu_iteration(device) if cuda else _CpuIteration()
     result = TimingSamples()
-    rse = _RunningRse()
     with torch.no_grad():
         for i in range(WARMUP_RUNS):
             args = pool[i % len(pool)]
             iteration.run(lambda a=args: model(*a))
             result.warmup_runs += 1
-        deadline = _monotonic() + budget_s
-        target = fixed_runs if fixed_runs is not None else max_runs
-        i = 0
-        while i < target:
+        for i in range(max(int(runs), 1)):
             slot = i % len(pool)
             args = pool[slot]
-            device_ms, host_ms, out = iteration.run(lambda a=args: model(*a))
+            device_ms, out = iteration.run(lambda a=args: model(*a))
             result.device_ms.append(device_ms)
-            rse.add(device_ms)
-            result.host_ms.append(host_ms)
-            # A copy, taken after the timed region: an output buffer reused across calls
-            # must still hold this slot's answer when it is checked.
-            result.last_outputs[slot] = _snapshot(out)
-            i += 1
-            if fixed_runs is not None:
-                continue
-            if i >= min_runs and i % 5 == 0 and rse.value() < target_rse:
-                result.stopped_by = "target_rse"
-                break
-            if _monotonic() > deadline and i >= min(min_runs, 3):
-                result.stopped_by = "budget"
-                break
-        if not result.stopped_by:
-            result.stopped_by = "fixed_runs" if fixed_runs is not None else "max_runs"
+            if snapshot:
+                result.last_outputs[slot] = _snapshot(out)
+        if cuda:
+            for i in range(min(HOST_CLOCK_RUNS, max(int(runs), 1))):
+                args = pool[i % len(pool)]
+                result.host_ms.append(iteration.host_run(lambda a=args: model(*a)))
+        else:
+            result.host_ms = list(result.device_ms)
     return result

@@ -1,0 +1,88 @@
+"""The judge, sandboxed on CPU: it compares what a candidate sends against the reference outputs
+it keeps, checks shapes and dtypes before it reads anything, and never hands those outputs out."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+import torch
+
+from tests.engine.conftest import SILU_REFERENCE
+from worker.judge import JudgeSession
+from worker.models import EvalOptions
+from worker.reference_cache import new_seeds
+from worker.sandbox.process import PAYLOAD_KEY
+from worker.sandbox_runtime import wire
+
+
+@pytest.fixture
+def judge(settings):
+    options = EvalOptions(trials=2, seed=11)
+    session = JudgeSession(SILU_REFERENCE, options, settings)
+    seeds = new_seeds(options.seed, options.trials, settings.timing_pool_size)
+    session.start(seeds, time.monotonic() + 120, shape_max_bytes=settings.shape_trial_max_bytes)
+    yield session
+    session.close()
+
+
+def _decoded(reply: dict) -> object:
+    specs = wire.parse_specs(reply["payload"])
+    tree = wire.unpack_tree(reply["payload"], specs)
+    wire.want_all(tree)
+    tensors = wire.read_tensors(io.BytesIO(bytes(reply[PAYLOAD_KEY])), specs, {i for i in range(len(specs))})
+    return wire.resolve(tree, tensors)
+
+
+def _as_reply(value: object) -> dict:
+    """A candidate's reply as the supervisor would forward it."""
+    description, tensors = wire.pack(value)
+    stream = io.BytesIO()
+    wire.write_tensors(stream, tensors)
+    return {"event": "done", "payload": description, "payload_bytes": wire.payload_bytes(description),
+            PAYLOAD_KEY: stream.getvalue()}
+
+
+def _run_reply(trials: list[list], transform) -> dict:
+    entries = []
+    for args in trials:
+        x = args[0]
+        entries.append({"kind": "tensor", "tensors": [transform(x * torch.sigmoid(x))], "aliases": [],
+                        "inputs_after": [x.clone()]})
+    return _as_reply({"trials": entries, "shape_trials": []})
+
+
+def test_the_inputs_the_judge_sends_hold_no_reference_output(judge):
+    inputs = _decoded(judge.inputs(time.monotonic() + 60))
+    assert set(inputs) == {"init_inputs", "trials", "pool", "shape_trials"}
+    assert len(inputs["trials"]) == 2 and inputs["trials"][0][0].shape == (1000,)
+
+
+def test_honest_outputs_pass_and_wrong_ones_fail_with_the_reason(judge):
+    trials = _decoded(judge.inputs(time.monotonic() + 60))["trials"]
+    honest = judge.compare(_run_reply(trials, lambda y: y), time.monotonic() + 60)
+    assert honest.report.passed and all(t.mismatch_fraction == 0.0 for t in honest.report.trials)
+    assert honest.report.precision is not None and honest.report.inputs.mutated == []
+
+    off = judge.compare(_run_reply(trials, lambda y: y + 1e-2), time.monotonic() + 60)
+    assert not off.report.passed and "differ beyond tolerance" in off.report.trials[0].message
+
+
+def test_shape_and_dtype_are_checked_before_the_judge_reads_the_tensor(judge):
+    trials = _decoded(judge.inputs(time.monotonic() + 60))["trials"]
+    wrong_dtype = judge.compare(_run_reply(trials, lambda y: y.double()), time.monotonic() + 60)
+    assert wrong_dtype.report.trials[0].message == "output dtype torch.float64 != expected torch.float32"
+    wrong_shape = judge.compare(_run_reply(trials, lambda y: y[:999]), time.monotonic() + 60)
+    assert wrong_shape.report.trials[0].message == "output shape (999,) != expected (1000,)"
+    # The judge is still in step after skipping those bytes: an honest reply passes again.
+    assert judge.compare(_run_reply(trials, lambda y: y), time.monotonic() + 60).report.passed
+
+
+def test_a_reply_that_is_not_a_run_reply_is_invalid_output(judge):
+    result = judge.compare(_as_reply({"trials": [torch.zeros(3)]}), time.monotonic() + 60)
+    assert result.report is None and "could not be read" in result.invalid
+    garbage = {"event": "done", "payload": {"tree": {"t": 5}, "tensors": []}, "payload_bytes": 1,
+               PAYLOAD_KEY: b"\0"}
+    assert judge.compare(garbage, time.monotonic() + 60).invalid
+    assert judge.alive

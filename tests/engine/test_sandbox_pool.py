@@ -1,0 +1,106 @@
+"""The warm pool: each runner is handed out once, refilled in the background, torn down off the
+caller's thread; an empty pool makes the caller wait (and says so when its time is up)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from worker.sandbox import SandboxUnavailable
+from worker.sandbox_pool import PoolEmpty, SandboxPool
+
+
+class FakeRunner:
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.alive = True
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class Starter:
+    """Starts fake runners, each only once its gate is opened."""
+
+    def __init__(self, *, open_gate: bool = True) -> None:
+        self.gate = threading.Event()
+        if open_gate:
+            self.gate.set()
+        self.started: list[FakeRunner] = []
+        self.fail_with: Exception | None = None
+
+    def __call__(self) -> FakeRunner:
+        self.gate.wait()
+        if self.fail_with is not None:
+            raise self.fail_with
+        runner = FakeRunner(len(self.started))
+        self.started.append(runner)
+        return runner
+
+
+def test_each_runner_is_handed_out_once_and_torn_down_after_use():
+    starter = Starter()
+    pool = SandboxPool(starter, size=2)
+    try:
+        first = pool.take(timeout_s=30)
+        second = pool.take(timeout_s=30)
+        third = pool.take(timeout_s=30)
+        assert len({first.number, second.number, third.number}) == 3
+        pool.retire(first)
+        assert first.closed.wait(30)
+    finally:
+        pool.close()
+    # Every runner started was closed: the used ones by retire, the waiting ones by close.
+    assert all(r.closed.is_set() for r in starter.started if r is not second and r is not third)
+
+
+def test_an_empty_pool_makes_the_caller_wait_then_hands_out_the_next_ready_runner():
+    starter = Starter(open_gate=False)
+    pool = SandboxPool(starter, size=1)
+    try:
+        with pytest.raises(PoolEmpty, match="no warm sandbox"):
+            pool.take(timeout_s=0)
+        starter.gate.set()
+        runner = pool.take(timeout_s=30)
+        assert runner is starter.started[0]
+    finally:
+        pool.close()
+
+
+def test_a_dead_waiting_runner_is_discarded_not_handed_out():
+    starter = Starter()
+    pool = SandboxPool(starter, size=1)
+    try:
+        first = pool.take(timeout_s=30)
+        pool.retire(first)
+        waiting = pool.take(timeout_s=30)
+        waiting.alive = False
+        pool.retire(waiting)
+        fresh = pool.take(timeout_s=30)
+        assert fresh.alive and fresh is not waiting and fresh is not first
+    finally:
+        pool.close()
+
+
+def test_a_failed_start_reaches_the_caller():
+    starter = Starter()
+    starter.fail_with = SandboxUnavailable("bubblewrap is not installed")
+    pool = SandboxPool(starter, size=1)
+    try:
+        with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+            pool.take(timeout_s=30)
+    finally:
+        pool.close()
+
+
+def test_size_zero_starts_a_runner_for_each_take():
+    starter = Starter()
+    pool = SandboxPool(starter, size=0)
+    try:
+        assert pool.take(timeout_s=0).number == 0
+        assert pool.take(timeout_s=0).number == 1
+        assert pool.ready_count == 0
+    finally:
+        pool.close()

@@ -1,0 +1,193 @@
+"""Values with tensors over the runners' pipes: a JSON description first, then the raw bytes.
+
+No tensor goes through a file. A packed value is a JSON tree in which every tensor is replaced by
+{"t": index} and described in a list of specs (dtype, shape, nbytes); the bytes of all tensors
+follow the message line on the same pipe, in that order. The receiver reads the description,
+decides which tensors it will take (the judge takes only those whose shape and dtype are the ones
+it expects) and only then allocates: each taken tensor is read straight from the pipe into its own
+fresh storage (a copy, never a mapping of the sender's memory); the others are skipped in bounded
+chunks and stand as meta tensors, which have a shape and a dtype but no data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    str(dtype): dtype for dtype in (
+        torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+        torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+    )
+}
+MAX_DIMS = 16
+MAX_TREE_DEPTH = 32
+SKIP_CHUNK = 1 << 20
+
+
+class WireError(ValueError):
+    """A payload description that is not one of ours (bad dtype, shape, sizes or structure)."""
+
+
+@dataclass
+class TensorSpec:
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass
+class Pending:
+    """A tensor announced in a payload, not read yet."""
+
+    index: int
+    spec: TensorSpec
+    wanted: bool = False
+
+    def matches(self, expected: torch.Tensor | None) -> bool:
+        return (expected is not None and self.spec.dtype == expected.dtype
+                and self.spec.shape == tuple(expected.shape))
+
+
+# -- sending ---------------------------------------------------------------------------------
+def pack(value: object) -> tuple[dict, list[torch.Tensor]]:
+    """(description, tensors in order); tensors become contiguous CPU copies."""
+    tensors: list[torch.Tensor] = []
+
+    def walk(item: object, depth: int) -> object:
+        if depth > MAX_TREE_DEPTH:
+            raise WireError("value nested too deeply")
+        if type(item) is torch.Tensor or isinstance(item, torch.nn.Parameter):
+            tensor = torch.Tensor.detach(item)
+            if str(tensor.dtype) not in DTYPES:
+                raise WireError(f"tensors of dtype {tensor.dtype} cannot be exchanged")
+            tensors.append(tensor.cpu().contiguous())
+            return {"t": len(tensors) - 1}
+        if isinstance(item, list):
+            return {"l": [walk(x, depth + 1) for x in item]}
+        if isinstance(item, tuple):
+            return {"u": [walk(x, depth + 1) for x in item]}
+        if isinstance(item, dict):
+            return {"d": {str(k): walk(v, depth + 1) for k, v in item.items()}}
+        if item is None or isinstance(item, (bool, int, float, str)):
+            return {"v": item}
+        raise WireError(f"a {type(item).__name__} cannot be exchanged (tensors, numbers, strings and "
+                        "lists/tuples/dicts of them only)")
+
+    tree = walk(value, 0)
+    specs = [{"dtype": str(t.dtype), "shape": list(t.shape), "nbytes": t.numel() * t.element_size()}
+             for t in tensors]
+    return {"tree": tree, "tensors": specs}, tensors
+
+
+def write_tensors(stream: BinaryIO, tensors: list[torch.Tensor]) -> None:
+    for tensor in tensors:
+        if tensor.numel():
+            stream.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+    stream.flush()
+
+
+def payload_bytes(description: dict) -> int:
+    return sum(int(spec["nbytes"]) for spec in description["tensors"])
+
+
+# -- receiving -------------------------------------------------------------------------------
+def parse_specs(description: object) -> list[TensorSpec]:
+    if not isinstance(description, dict) or not isinstance(description.get("tensors"), list):
+        raise WireError("payload description is malformed")
+    specs = []
+    for raw in description["tensors"]:
+        if not isinstance(raw, dict) or raw.get("dtype") not in DTYPES or not isinstance(raw.get("shape"), list):
+            raise WireError("payload tensor description is malformed")
+        shape = raw["shape"]
+        if len(shape) > MAX_DIMS or not all(type(n) is int and n >= 0 for n in shape):
+            raise WireError(f"invalid tensor shape {shape!r}")
+        dtype = DTYPES[raw["dtype"]]
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        if raw.get("nbytes") != nbytes:
+            raise WireError(f"tensor of shape {shape} {raw['dtype']} announced {raw.get('nbytes')!r} bytes")
+        specs.append(TensorSpec(dtype, tuple(shape), nbytes))
+    return specs
+
+
+def unpack_tree(description: dict, specs: list[TensorSpec]) -> object:
+    """The value with every tensor as a Pending (nothing allocated)."""
+    pending = [Pending(i, spec) for i, spec in enumerate(specs)]
+    used: set[int] = set()
+
+    def walk(node: object, depth: int) -> object:
+        if depth > MAX_TREE_DEPTH or not isinstance(node, dict) or len(node) != 1:
+            raise WireError("payload structure is malformed")
+        (tag, body), = node.items()
+        if tag == "t":
+            if type(body) is not int or not 0 <= body < len(pending) or body in used:
+                raise WireError("payload tensor reference is malformed")
+            used.add(body)
+            return pending[body]
+        if tag in ("l", "u") and isinstance(body, list):
+            items = [walk(x, depth + 1) for x in body]
+            return items if tag == "l" else tuple(items)
+        if tag == "d" and isinstance(body, dict):
+            return {k: walk(v, depth + 1) for k, v in body.items()}
+        if tag == "v" and (body is None or isinstance(body, (bool, int, float, str))):
+            return body
+        raise WireError("payload structure is malformed")
+
+    return walk(description.get("tree"), 0)
+
+
+def read_tensors(stream: BinaryIO, specs: list[TensorSpec], wanted: set[int]) -> list[torch.Tensor]:
+    """Read every tensor's bytes in order: wanted ones into fresh storage, the rest skipped."""
+    out = []
+    scratch = bytearray(SKIP_CHUNK)
+    for index, spec in enumerate(specs):
+        if index in wanted:
+            tensor = torch.empty(spec.shape, dtype=spec.dtype)
+            if spec.nbytes:
+                _read_exactly(stream, memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+            out.append(tensor)
+        else:
+            left = spec.nbytes
+            while left:
+                step = min(left, SKIP_CHUNK)
+                _read_exactly(stream, memoryview(scratch)[:step])
+                left -= step
+            out.append(torch.empty(spec.shape, dtype=spec.dtype, device="meta"))
+    return out
+
+
+def _read_exactly(stream: BinaryIO, view: memoryview) -> None:
+    done = 0
+    while done < len(view):
+        got = stream.readinto(view[done:])
+        if not got:
+            raise WireError("the payload ended early")
+        done += got
+
+
+def resolve(value: object, tensors: list[torch.Tensor]) -> object:
+    """Replace each Pending with its tensor (a meta tensor where it was not wanted)."""
+    if isinstance(value, Pending):
+        return tensors[value.index]
+    if isinstance(value, list):
+        return [resolve(x, tensors) for x in value]
+    if isinstance(value, tuple):
+        return tuple(resolve(x, tensors) for x in value)
+    if isinstance(value, dict):
+        return {k: resolve(v, tensors) for k, v in value.items()}
+    return value
+
+
+def want_all(value: object) -> None:
+    """Take every tensor (for payloads from the judge, which a candidate never writes)."""
+    if isinstance(value, Pending):
+        value.wanted = True
+    elif isinstance(value, (list, tuple)):
+        for x in value:
+            want_all(x)
+    elif isinstance(value, dict):
+        for x in value.values():
+            want_all(x)
