@@ -25,11 +25,12 @@ from pathlib import Path
 from .cuda_build import pool
 from .cuda_build.pch import ensure_pchs
 from .cuda_build.source_map import map_compiler_log
-from .cuda_build.toolchain import ToolchainMissing, find_toolchain
+from .cuda_build.toolchain import Toolchain, ToolchainMissing, find_toolchain
 from .cuda_build.torch_support import support_env
 from .launch import RUNTIME_DIR, RunnerConfig, RunnerPaths, UserFailure, runner_spec
 from .models import SandboxKind
 from .sandbox import Mount, ResourceLimits, SandboxExited, SandboxProcess, SandboxTimeout, SandboxUnavailable
+from .sandbox.bwrap import SYSTEM_DIRS
 from .settings import EngineSettings
 
 BUILT_MARKER = "BUILT"
@@ -133,6 +134,13 @@ def _record(extensions: list[dict], seconds: float) -> BuildRecord:
     return BuildRecord("full" if full else "fast", reason, seconds, extensions)
 
 
+def compiler_mounts(toolchain: Toolchain) -> list[Mount]:
+    """The compilers' directories where the sandbox's read-only system view lacks them."""
+    directories = {str(Path(path).parent) for path in (toolchain.host_cxx, toolchain.fast_cxx)}
+    return [Mount(Path(d), d) for d in sorted(directories)
+            if not any(d == root or d.startswith(root + "/") for root in SYSTEM_DIRS)]
+
+
 def run_build_sandbox(source_file: Path, ext_dir: Path, out_dir: Path, *, settings: EngineSettings,
                       limit_s: float, sandbox: SandboxKind, torch_version: str, build_path: str = "auto") -> dict:
     """Run the sandboxed builder once; returns its reply (raises UserFailure for the user's errors)."""
@@ -144,6 +152,9 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, out_dir: Path, *, settin
     spec.mounts = [mount for mount in spec.mounts if mount.source != RUNTIME_DIR]
     headers = pch_root(settings, torch_version).resolve()
     spec.mounts += [Mount(PACKAGE_DIR, str(PACKAGE_DIR)), Mount(headers, str(headers))]
+    spec.mounts += compiler_mounts(toolchain)
+    # The very compilers the precompiled headers were built with (torch's build.ninja reads CXX).
+    spec.env.update({"CXX": toolchain.host_cxx, "KERNELJUDGE_FAST_CXX": toolchain.fast_cxx})
     spec.env.update({"CUDA_HOME": str(toolchain.cuda_home), "KJ_PCH_ROOT": str(headers), "KJ_BUILD_PATH": build_path,
                      "MAX_JOBS": str(pool.jobs_per_build()), **support_env()})
     spec.env.setdefault("TORCH_CUDA_ARCH_LIST", ARCH_WITHOUT_GPU)

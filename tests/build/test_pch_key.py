@@ -33,3 +33,19 @@ def test_the_reason_names_the_differing_flags_and_compiler(tmp_path):
 
 def test_no_header_at_all_is_said_plainly(tmp_path):
     assert pch_mismatch(tmp_path, FLAGS, "g++ 13", "2.11") == "no precompiled header has been built"
+
+
+def test_builds_get_the_compilers_by_absolute_path_and_see_their_directories(tmp_path, monkeypatch):
+    from worker.build import compiler_mounts
+    from worker.cuda_build.toolchain import find_toolchain
+
+    wrapper = tmp_path / "bin" / "c++"
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\nexec g++ \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:/usr/bin:/bin")
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("KERNELJUDGE_FAST_CXX", "c++")
+    toolchain = find_toolchain()
+    assert toolchain.host_cxx == toolchain.fast_cxx == str(wrapper)
+    assert [str(mount.source) for mount in compiler_mounts(toolchain)] == [str(wrapper.parent)]

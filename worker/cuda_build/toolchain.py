@@ -68,9 +68,13 @@ def find_cuda_home() -> Path:
 
 
 def find_toolchain() -> Toolchain:
+    """Compilers by absolute path: the build sandbox gets these very files, not whatever its PATH finds
+    first (a GPU host seen here had a `c++` wrapper early on the supervisor's PATH and another gcc build
+    at /usr/bin/c++; a precompiled header only fits the compiler that wrote it)."""
     cxx = os.environ.get("CXX", "c++")
-    if shutil.which(cxx) is None:
+    cxx_path = shutil.which(cxx)
+    if cxx_path is None:
         raise ToolchainMissing(f"the host C++ compiler {cxx!r} is not on PATH: install g++ (apt-get install g++)")
     fast = os.environ.get("KERNELJUDGE_FAST_CXX") or next(
         (name for name in FAST_CXX_CANDIDATES if shutil.which(name)), cxx)
-    return Toolchain(cuda_home=find_cuda_home(), host_cxx=cxx, fast_cxx=fast)
+    return Toolchain(cuda_home=find_cuda_home(), host_cxx=cxx_path, fast_cxx=shutil.which(fast) or cxx_path)
