@@ -332,6 +332,17 @@ def device_name(device: str) -> str:
     return f"CPU ({os.cpu_count()} cores, {platform.processor() or platform.machine()})"
 
 
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=False, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=False, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (out or "unknown") + (" (with uncommitted changes)" if dirty else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.throughput", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -376,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     all_mismatches: list[str] = []
     header = [f"# Throughput ({date.today().isoformat()})", "",
               f"- device: {device_name(args.device)}; host {socket.gethostname()}, {os.cpu_count()} cores",
+              f"- commit: {git_commit()}",
               f"- command: `python -m benchmarks.throughput {' '.join(argv if argv is not None else sys.argv[1:])}`",
               f"- started: {datetime.now().isoformat(timespec='seconds')}; budget {args.budget_s:.0f} s "
               f"({share:.0f} s per phase)", ""]
