@@ -153,8 +153,10 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, out_dir: Path, *, settin
     headers = pch_root(settings, torch_version).resolve()
     spec.mounts += [Mount(PACKAGE_DIR, str(PACKAGE_DIR)), Mount(headers, str(headers))]
     spec.mounts += compiler_mounts(toolchain)
-    # The very compilers the precompiled headers were built with (torch's build.ninja reads CXX).
-    spec.env.update({"CXX": toolchain.host_cxx, "KERNELJUDGE_FAST_CXX": toolchain.fast_cxx})
+    # The fast path compiles with the very compiler the precompiled headers were built with. CXX stays
+    # unset: torch writes it into build.ninja, and the run stage's load_inline must find the same file
+    # (any other command line makes ninja rebuild everything there).
+    spec.env["KERNELJUDGE_FAST_CXX"] = toolchain.fast_cxx
     spec.env.update({"CUDA_HOME": str(toolchain.cuda_home), "KJ_PCH_ROOT": str(headers), "KJ_BUILD_PATH": build_path,
                      "MAX_JOBS": str(pool.jobs_per_build()), **support_env()})
     spec.env.setdefault("TORCH_CUDA_ARCH_LIST", ARCH_WITHOUT_GPU)
