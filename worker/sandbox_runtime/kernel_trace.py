@@ -41,9 +41,6 @@ def install_cpu_launch_hooks() -> None:
     numba_simulator.install(launch_range)
 
 
-# The name runner.py calls (it is being rewritten by another change); both install every CPU hook.
-install_triton_interpreter_hook = install_cpu_launch_hooks
-
 
 def _install_triton_interpreter_hook() -> None:
     try:

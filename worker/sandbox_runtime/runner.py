@@ -94,7 +94,7 @@ class Runner:
             torch.cuda.set_device(self.device)
             torch.cuda.init()
         else:
-            kernel_trace.install_triton_interpreter_hook()
+            kernel_trace.install_cpu_launch_hooks()
         try:
             import triton  # noqa: F401 - imported while warm, so that the job does not pay for it
         except ImportError:
