@@ -151,8 +151,10 @@ class DiscriminationReport(BaseModel):
     the candidate's error must stay small against the reference's own trial-to-trial spread,
     which no constant output can do (see worker/discrimination.py)."""
 
-    spread: float = Field(description="Largest max-abs difference between two trials' reference outputs.")
-    max_error: float = Field(description="Largest max-abs error of the candidate against the reference.")
+    spread: float = Field(description="Largest max-abs difference between two trials' outputs: the float64 "
+                                      "truth's where there is one, else the reference's.")
+    max_error: float = Field(description="Largest max-abs error of the candidate against the same (truth or "
+                                         "reference).")
     limit: float = Field(description="The error allowed: a quarter of the spread.")
     passed: bool
     perturbed_inputs: bool = Field(default=False, description="Trial inputs were scaled/shifted to move outputs.")

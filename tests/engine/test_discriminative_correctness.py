@@ -40,6 +40,26 @@ def test_a_reference_that_never_moves_has_nothing_to_discriminate():
     assert report.passed and "does not depend on its inputs" in report.message
 
 
+def test_a_truth_that_moves_only_by_the_references_rounding_is_not_held_against_the_candidate():
+    # GroupNorm then a mean: zero in exact arithmetic; the reference returns its own rounding noise,
+    # an honest kernel returns other noise, more accurate than the reference's (both seen on an H100).
+    truths = [Outputs("tensor", [torch.tensor([1e-17, -2e-17], dtype=torch.float64)])] * 3
+    refs = [_out(1.7e-9, -5.6e-9), _out(-4e-9, 2e-9), _out(3e-9, 1e-9)]
+    honest = [_out(3e-10, -1e-10), _out(2e-10, 1e-10), _out(-1e-10, 0.0)]
+    assert not discriminate(refs, honest, perturbed=True).passed  # against the reference's noise alone
+    report = discriminate(refs, honest, perturbed=True, truths=truths)
+    assert report.passed and "does not depend on its inputs" in report.message
+
+
+def test_against_a_moving_truth_a_constant_still_fails_and_an_honest_kernel_passes():
+    truths = [Outputs("tensor", [torch.tensor([v], dtype=torch.float64)]) for v in (0.5001, 0.4999, 0.50005)]
+    refs = [_out(0.5001), _out(0.4999), _out(0.50005)]
+    report = discriminate(refs, [_out(0.5)] * 3, perturbed=False, truths=truths)
+    assert not report.passed and "float64 truth" in report.message
+    honest = [_out(0.5001 + 1e-7), _out(0.4999 - 1e-7), _out(0.50005)]
+    assert discriminate(refs, honest, perturbed=False, truths=truths).passed
+
+
 # -- precision against float64 ---------------------------------------------------------------------
 def _matmul_outputs(round_operands_to: torch.dtype | None) -> tuple[list[Outputs], list[Outputs], list[Outputs]]:
     gen = torch.Generator().manual_seed(0)

@@ -211,7 +211,8 @@ class JudgeRunner(Runner):
         report = CorrectnessReport(passed=passed, atol=used_atol, rtol=used_rtol, trials=results,
                                    degenerate_reference=correctness.reference_is_degenerate(ref_trials, atol, rtol))
         if report.degenerate_reference and passed:
-            report.discrimination = discriminate(ref_trials, cand_trials, bool(self.perturbed))
+            report.discrimination = discriminate(ref_trials, cand_trials, bool(self.perturbed),
+                                                 self.truths if len(self.truths) == len(ref_trials) else None)
             report.passed = report.discrimination.passed
         if passed and self.truths:
             report.precision = precision_check(ref_trials, cand_trials, self.truths)
