@@ -174,8 +174,15 @@ class ReferenceCache:
 
     @staticmethod
     def _retire(entry: CachedReference) -> None:
-        # Off the job's path: closing waits for the judge to exit.
-        threading.Thread(target=entry.judge.close, name="judge-retire", daemon=True).start()
+        # Off the job's path (closing waits for the judge to exit), and only once no job holds the entry:
+        # an entry evicted or replaced while checked out still serves that job. Closing it at once
+        # failed 5 of 101 jobs on an H100 with 8 evaluations in one process ("the judge exited with
+        # code 0 before it reported a result").
+        def close_when_free() -> None:
+            with entry.lock:
+                entry.judge.close()
+
+        threading.Thread(target=close_when_free, name="judge-retire", daemon=True).start()
 
     def close(self) -> None:
         with self._lock:

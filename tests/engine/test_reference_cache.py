@@ -112,6 +112,21 @@ def test_least_recently_used_entries_are_evicted_past_the_size():
     assert cache.checkout(_key("a")) is None and cache.checkout(_key("b")) is second
 
 
+def test_an_entry_evicted_while_a_job_holds_it_is_closed_only_after_that_job():
+    cache = ReferenceCache(1, max_age_s=600.0, max_uses=100, retime_s=120.0)
+    busy = cache.add(_entry(_key("a")))
+    job_done = threading.Event()
+    closed_during_job = []
+    busy.judge.close = lambda: (closed_during_job.append(not job_done.is_set()), busy.judge.closed.set())
+    second = cache.add(_entry(_key("b")))  # evicts the busy entry
+    cache.checkin(second, healthy=True)
+    assert cache.checkout(_key("a")) is None
+    job_done.set()
+    cache.checkin(busy, healthy=True)
+    assert busy.judge.closed.wait(30)
+    assert closed_during_job == [False]
+
+
 def test_a_disabled_cache_closes_each_judge_after_its_job():
     cache = ReferenceCache(0, max_age_s=600.0, max_uses=100, retime_s=120.0)
     entry = cache.add(_entry(_key()))
