@@ -19,18 +19,8 @@ def _round_trip(value: object, choose=wire.want_all) -> object:
     specs = wire.parse_specs(description)
     tree = wire.unpack_tree(description, specs)
     choose(tree)
-    wanted = {p.index for p in _pending(tree) if p.wanted}
+    wanted = {p.index for p in wire.pending(tree) if p.wanted}
     return wire.resolve(tree, wire.read_tensors(stream, specs, wanted))
-
-
-def _pending(value):
-    if isinstance(value, wire.Pending):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [p for x in value for p in _pending(x)]
-    if isinstance(value, dict):
-        return [p for x in value.values() for p in _pending(x)]
-    return []
 
 
 def test_values_with_tensors_of_every_dtype_come_back_equal_and_in_fresh_storage():

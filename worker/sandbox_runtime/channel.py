@@ -51,7 +51,7 @@ class Channel:
             raise wire.WireError("payload size does not match its description")
         value = wire.unpack_tree(command["payload"], specs)
         choose(value)
-        wanted = {p.index for p in _pending(value) if p.wanted}
+        wanted = {p.index for p in wire.pending(value) if p.wanted}
         self._unread = 0
         tensors = wire.read_tensors(self._in, specs, wanted)
         return wire.resolve(value, tensors)
@@ -63,12 +63,3 @@ class Channel:
                 break
             self._unread -= len(chunk)
 
-
-def _pending(value: object) -> list[wire.Pending]:
-    if isinstance(value, wire.Pending):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [p for x in value for p in _pending(x)]
-    if isinstance(value, dict):
-        return [p for x in value.values() for p in _pending(x)]
-    return []

@@ -181,13 +181,18 @@ def resolve(value: object, tensors: list[torch.Tensor]) -> object:
     return value
 
 
+def pending(value: object) -> list[Pending]:
+    """The tensors a value announces, in tree order."""
+    if isinstance(value, Pending):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [p for x in value for p in pending(x)]
+    if isinstance(value, dict):
+        return [p for x in value.values() for p in pending(x)]
+    return []
+
+
 def want_all(value: object) -> None:
     """Take every tensor (for payloads from the judge, which a candidate never writes)."""
-    if isinstance(value, Pending):
-        value.wanted = True
-    elif isinstance(value, (list, tuple)):
-        for x in value:
-            want_all(x)
-    elif isinstance(value, dict):
-        for x in value.values():
-            want_all(x)
+    for announced in pending(value):
+        announced.wanted = True
