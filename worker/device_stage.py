@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
-from . import build, timing_stats
+from . import build, compile_baseline, timing_stats
 from .attribution import Attribution, attribute
 from .judge import Comparison, JudgeSession
 from .kernel_names import own_kernel_names
@@ -206,10 +206,17 @@ class DeviceStage:
         if tampered or not report.passed or self._shape_failure or not opts.timing:
             return self._finish(report, self._observations(report, tampered=tampered))
 
+        # Still in the shared "compare" schedule: a compile never holds the GPU exclusively.
+        with self.builder.stage("compile_baseline"):
+            compile_missing = self._compile_baseline(entry)
+        if not self._judge_healthy:
+            self.builder.extra["timing_skipped"] = f"the judge is gone: {compile_missing}"
+            return self._finish(report, self._observations(report, tampered=tampered))
+
         notify(self.on_stage, "timing")
         with self.builder.stage("timing"):
             try:
-                timing, observations = self._timing(entry, runner, report, tampered)
+                timing, observations = self._timing(entry, runner, report, tampered, compile_missing)
             except _ReferenceTimingFailure as wrapped:
                 # The reference already ran cleanly; dying or hanging now points at the candidate
                 # (GPU work it left running), so only its own errors are held against the reference.
@@ -241,6 +248,18 @@ class DeviceStage:
             shape_trial_failure=self._shape_failure, peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
         )
 
+    def _compile_baseline(self, entry: CachedReference) -> str | None:
+        """Why this job has no torch.compile baseline, or None (compiled by this job or an earlier one)."""
+        off = compile_baseline.off_reason(self.options, self.settings, self.cache, entry)
+        if off is not None:
+            return off
+        step = compile_baseline.ensure_compiled(entry, self.cache, self.settings)
+        self.builder.extra["compile_baseline"] = step.extra()
+        if step.judge_failed:
+            self._judge_healthy = False
+        assert step.baseline is not None
+        return None if step.baseline.available else step.baseline.reason or "not available"
+
     # -- timing (see timing_protocol) ---------------------------------------------------------
     def _reference_timing(self, entry: CachedReference, deadline: float) -> ReferenceTiming:
         if self.cache.timing_fresh(entry):
@@ -255,7 +274,7 @@ class DeviceStage:
         return entry.timing
 
     def _timing(self, entry: CachedReference, runner: WarmRunner, report: CorrectnessReport,
-                tampered: list[str]) -> tuple[TimingReport, Observations]:
+                tampered: list[str], compile_missing: str | None) -> tuple[TimingReport, Observations]:
         opts = self.options
         deadline = time.monotonic() + opts.limits.timing_s
         reference = self._reference_timing(entry, deadline)
@@ -288,6 +307,7 @@ class DeviceStage:
             candidate_host_median_ms=timing_stats.summarize(host).median_ms if host else None,
             reference_age_s=age,
         )
+        self._add_compile_timing(timing, entry, measured, deadline, compile_missing)
         observations = self._observations(
             report, tampered=tampered, timed_outputs_ok=ok, timed_outputs_message=message,
             candidate_device_median_ms=cand_stats.median_ms, candidate_device_std_ms=cand_stats.std_ms,
@@ -296,3 +316,27 @@ class DeviceStage:
         self.builder.extra["timing_runs"] = {"reference": reference.runs, "candidate": measured.runs,
                                              "reference_age_s": age}
         return timing, observations
+
+    def _add_compile_timing(self, timing: TimingReport, entry: CachedReference, measured: Measurement,
+                            deadline: float, missing: str | None) -> None:
+        """The compiled reference's timing and the speedup against it, taken after everything the
+        verdict needs: a failure here loses the baseline (and the judge), never the verdict."""
+        if missing is None:
+            try:
+                compiled = compile_baseline.compile_timing(entry, self.cache, self.options, deadline)
+            except UserFailure as failure:
+                self._judge_healthy = False
+                missing = f"the compiled reference failed while timed ({failure.kind}): {failure.message[:500]}"
+                if entry.key is not None:
+                    self.cache.compile_failures[entry.key] = missing
+                entry.compiled = None
+        if missing is not None:
+            timing.compile_baseline_missing = missing
+            return
+        stats = timing_stats.summarize(compiled.device_ms)
+        cand_ms = measured.stats.median_ms
+        timing.compile_reference = stats
+        timing.compile_reference_median_ms = stats.median_ms
+        timing.compile_speedup = stats.median_ms / cand_ms if cand_ms > 0 else float("inf")
+        timing.compile_speedup_ci95 = timing_stats.speedup_ci(compiled.device_ms, measured.timed.device_ms)
+        timing.compile_reference_age_s = round(compiled.age_s(), 3)

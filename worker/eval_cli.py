@@ -28,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=[s.value for s in SandboxKind], default="bwrap",
                         help="'none' runs user code without isolation (debugging only)")
     parser.add_argument("--reward-preset", default="default")
+    parser.add_argument("--reward-baseline", choices=["eager", "compile"], default="eager",
+                        help="the speedup the reward uses: against the eager reference or torch.compile of it")
+    parser.add_argument("--compile-baseline", action=argparse.BooleanOptionalAction, default=None,
+                        help="also time torch.compile of the reference (default: on for cuda, off for cpu)")
     parser.add_argument("--disable-rule", action="append", default=[], metavar="RULE",
                         help="switch a policy or runtime rule off for this run (full id or short number, "
                              "e.g. KJ301 or KJ-R09); repeatable")
@@ -76,6 +80,11 @@ def summary(result: EvalResult) -> str:
         lines.append(f"  candidate  median {t.candidate.median_ms:.4f} ms  (n={t.candidate.n}, "
                      f"rse {t.candidate.rse:.2%})")
         lines.append(f"  speedup    {t.speedup:.3f}x  (95% CI {t.speedup_ci95[0]:.3f} - {t.speedup_ci95[1]:.3f})")
+        if t.compile_speedup is not None and t.compile_reference_median_ms is not None:
+            lines.append(f"  compiled   median {t.compile_reference_median_ms:.4f} ms  (torch.compile of the reference; "
+                         f"speedup against it {t.compile_speedup:.3f}x)")
+        elif t.compile_baseline_missing:
+            lines.append(f"  compiled   none: {t.compile_baseline_missing}")
     for hit in result.rules:
         lines.append(f"rule:      {hit.severity} {hit.rule} (line {hit.line}): {hit.message}")
     lines.append("stages:    " + ", ".join(f"{k} {v:.2f}s" for k, v in result.stages.items()))
@@ -89,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     options = EvalOptions(
         device=args.device, trials=args.trials, seed=args.seed, atol=args.atol, rtol=args.rtol,
         timing=not args.no_timing, timing_budget_s=args.timing_budget, backend=args.backend,
-        sandbox=args.sandbox, reward_preset=args.reward_preset,
+        sandbox=args.sandbox, reward_preset=args.reward_preset, reward_baseline=args.reward_baseline,
+        compile_baseline=args.compile_baseline,
         policy=PolicyConfig(disabled_rules=args.disable_rule, profile=args.profile),
     )
     request = EvalRequest(reference=_read(args.reference), candidate=_read(args.candidate), options=options)

@@ -50,6 +50,16 @@ class Comparison:
     perturbed_trials: list[int]
 
 
+@dataclass
+class CompileBaseline:
+    """What the judge reports about its torch.compile baseline (see sandbox_runtime/compile_baseline)."""
+
+    available: bool
+    reason: str | None  # why there is none
+    compile_s: float
+    compiles: int  # how many times this judge has compiled its reference (0 or 1)
+
+
 class JudgeSession:
     """A started judge for one problem (one reference source and its options)."""
 
@@ -114,9 +124,16 @@ class JudgeSession:
                                      rtol=self.options.rtol)
         return bool(reply.get("ok")), reply.get("message")
 
-    def time(self, runs: int, deadline: float) -> TimedRun:
+    def compile(self, deadline: float) -> CompileBaseline:
+        """Compile the reference with torch.compile, once per judge (a later call reports the first)."""
+        reply = self.session.request("compile", deadline, atol=self.options.atol, rtol=self.options.rtol)
+        reason = reply.get("reason")
+        return CompileBaseline(available=bool(reply.get("ok")), reason=str(reason)[:1000] if reason else None,
+                               compile_s=float(reply.get("compile_s") or 0.0), compiles=int(reply.get("compiles") or 0))
+
+    def time(self, runs: int, deadline: float, *, compiled: bool = False) -> TimedRun:
         start = time.monotonic()
-        reply = self.session.request("time", deadline, expect="timing", runs=runs)
+        reply = self.session.request("time", deadline, expect="timing", runs=runs, compiled=compiled)
         return TimedRun.from_reply(reply, time.monotonic() - start)
 
     def close(self) -> None:

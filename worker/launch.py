@@ -88,6 +88,12 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         "MKL_NUM_THREADS": threads,
         "MAX_JOBS": threads,
     }
+    if config.role == "reference":
+        # The judge's torch.compile baseline (sandbox_runtime/compile_baseline.py) writes its
+        # Inductor cache in the judge's private /tmp: without a user name in the sandbox, Inductor's
+        # default path cannot be formed.
+        env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/inductor-cache"
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = threads
     if os.path.isdir(cuda_home):
         env["CUDA_HOME"] = cuda_home
     if config.device == "cpu":

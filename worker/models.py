@@ -96,7 +96,13 @@ class EvalOptions(BaseModel):
     backend: Backend | None = Field(default=None, description="Override backend detection.")
     sandbox: SandboxKind = SandboxKind.bwrap
     limits: StageLimits = Field(default_factory=StageLimits)
+    compile_baseline: bool | None = Field(default=None, description=(
+        "Also time torch.compile (default mode) of the reference, compiled once per problem and GPU, and report "
+        "timing.compile_speedup. Default: on for cuda, off for cpu (Inductor's CPU compile is slow)."))
     reward_preset: str = "default"
+    reward_baseline: Literal["eager", "compile"] = Field(default="eager", description=(
+        "Which speedup the reward's `speedup` component is: against the eager reference or against "
+        "torch.compile of it (falls back to eager, saying so in extra.reward_baseline, when there is none)."))
     reward_weights: dict[str, float] | None = Field(
         default=None, description="Custom weights over reward components (preset 'custom')."
     )
@@ -217,6 +223,14 @@ class TimingReport(BaseModel):
     reference_age_s: float | None = Field(default=None, description=(
         "Age of the reference timing used, in seconds (0 when measured for this job; reference timing "
         "is cached per problem and GPU and re-measured on a schedule)."))
+    compile_reference: TimingStats | None = Field(default=None, description=(
+        "torch.compile (default mode) of the reference, timed the same way on the same device."))
+    compile_reference_median_ms: float | None = None
+    compile_speedup: float | None = Field(default=None, description="compiled reference median / candidate median.")
+    compile_speedup_ci95: tuple[float, float] | None = None
+    compile_reference_age_s: float | None = None
+    compile_baseline_missing: str | None = Field(default=None, description=(
+        "Why there is no compile baseline (switched off, torch.compile failed, outputs differ, ...)."))
 
 
 class RuleHit(BaseModel):
@@ -279,7 +293,13 @@ class EvalResult(BaseModel):
     flagged: bool = False
     speedup: float | None = None
     reward: float = 0.0
+    compile_baseline: bool | None = Field(default=None, description=(
+        "Also time torch.compile (default mode) of the reference, compiled once per problem and GPU, and report "
+        "timing.compile_speedup. Default: on for cuda, off for cpu (Inductor's CPU compile is slow)."))
     reward_preset: str = "default"
+    reward_baseline: Literal["eager", "compile"] = Field(default="eager", description=(
+        "Which speedup the reward's `speedup` component is: against the eager reference or against "
+        "torch.compile of it (falls back to eager, saying so in extra.reward_baseline, when there is none)."))
     reward_components: dict[str, float] = Field(default_factory=dict)
     backend: Backend | None = None
     error: ErrorInfo | None = None

@@ -8,7 +8,9 @@ leaves the supervisor and the judge; they rotate on a schedule: an entry is repl
 judge with new seeds once it is `reference_max_age_s` old or has served `reference_max_uses`
 jobs, so any one input set is in front of a bounded number of candidates. Reference timing is
 re-measured once it is older than `reference_retime_s`, which bounds its drift; every result
-says how old the reference timing it used was.
+says how old the reference timing it used was. The torch.compile baseline is compiled by the
+entry's judge the first time a job wants it, kept with the entry (its timing re-measured on the
+same schedule as the eager one), and gone with the entry.
 
 Isolation: an entry serves one problem only (a reference never judges another problem's jobs),
 one job at a time (a job finding its entry busy gets a private judge for itself), and is dropped
@@ -27,7 +29,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .judge import JudgeSession
+from .judge import CompileBaseline, JudgeSession
 from .models import Device, EvalOptions, SandboxKind
 from .settings import EngineSettings
 
@@ -102,6 +104,9 @@ class CachedReference:
     created_at: float = field(default_factory=time.monotonic)
     uses: int = 0
     timing: ReferenceTiming | None = None
+    # The torch.compile baseline: None until a job asks the judge for it.
+    compiled: CompileBaseline | None = None
+    compile_timing: ReferenceTiming | None = None
     cached: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -118,6 +123,8 @@ class ReferenceCache:
         self.max_uses = max_uses
         self.retime_s = retime_s
         self._entries: OrderedDict[ProblemKey, CachedReference] = OrderedDict()
+        # Problems whose torch.compile broke their judge: not compiled again (see worker.compile_baseline).
+        self.compile_failures: dict[ProblemKey, str] = {}
         self._lock = threading.Lock()
 
     def checkout(self, key: ProblemKey) -> CachedReference | None:
@@ -170,7 +177,10 @@ class ReferenceCache:
         self._retire(entry)
 
     def timing_fresh(self, entry: CachedReference) -> bool:
-        return entry.timing is not None and entry.timing.age_s() <= self.retime_s
+        return self.fresh(entry.timing)
+
+    def fresh(self, timing: ReferenceTiming | None) -> bool:
+        return timing is not None and timing.age_s() <= self.retime_s
 
     @staticmethod
     def _retire(entry: CachedReference) -> None:

@@ -122,8 +122,14 @@ class ResultBuilder:
             self.error = ErrorInfo(kind="rejected", message=f"{first.rule}: {first.message}", line=first.line,
                                    log_excerpt=first.evidence)
         speedup = timing.speedup if (timing and correct) else None
-        comps = reward.components(compiled=self.compiled, correct=correct, speedup=speedup,
-                                  coverage=self.coverage.share if self.coverage else None)
+        compile_speedup = timing.compile_speedup if (timing and correct) else None
+        rewarded, note = reward.reward_speedup(self.options.reward_baseline, speedup, compile_speedup,
+                                               timing.compile_baseline_missing if timing else None)
+        if note is not None:
+            self.extra["reward_baseline"] = note
+        comps = reward.components(compiled=self.compiled, correct=correct, speedup=rewarded,
+                                  coverage=self.coverage.share if self.coverage else None,
+                                  compile_speedup=compile_speedup)
         value = reward.compute_reward(
             self.options.reward_preset, comps, weights=self.options.reward_weights,
             rejected=status == EvalStatus.rejected, flagged=self.flagged,

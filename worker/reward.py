@@ -4,11 +4,17 @@ Components (each documented, all in the result as `reward_components`):
   format    1 if a candidate was extracted from the completion (1 when source was sent directly)
   compiled  1 if the candidate built and imported
   correct   1 if every correctness trial passed
-  speedup   reference median / candidate median (0 unless correct and timed)
+  speedup   reference median / candidate median (0 unless correct and timed), against the baseline
+            chosen by `options.reward_baseline`: "eager" (the default) is the reference as written,
+            "compile" is torch.compile (default mode) of it, i.e. timing.compile_speedup. With
+            "compile" and no compile baseline for the job, the eager speedup is used and
+            extra.reward_baseline says so and why.
+  compile_speedup  compiled-reference median / candidate median (0 unless correct and measured)
   coverage  own-kernel GPU time / (own + library compute time) in one traced forward call
             (see worker/attribution.py; 1 when not measured)
 
-Presets (s = speedup, c = correct, k = compiled, v = coverage):
+Presets (s = the `speedup` component, so every preset rewards either baseline; c = correct,
+k = compiled, v = coverage):
   default      0 unless c; else 0.3 * v + 0.7 * clamp(log2(s), 0, 3) / 3   (0.3 at <=1x with v = 1,
                1.0 at >=8x). The correctness part is scaled by coverage: PyTorch doing the work
                plus a token kernel earns little, a fused epilogue that speeds the forward up
@@ -28,7 +34,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-COMPONENT_NAMES = ("format", "compiled", "correct", "speedup", "coverage")
+COMPONENT_NAMES = ("format", "compiled", "correct", "speedup", "coverage", "compile_speedup")
+BASELINES = ("eager", "compile")
 
 
 def _default(c: Mapping[str, float]) -> float:
@@ -97,15 +104,30 @@ def validate_preset(preset: str, weights: Mapping[str, float] | None) -> None:
 
 
 def components(
-    *, compiled: bool, correct: bool, speedup: float | None, coverage: float | None = None, extracted: bool = True
+    *, compiled: bool, correct: bool, speedup: float | None, coverage: float | None = None, extracted: bool = True,
+    compile_speedup: float | None = None,
 ) -> dict[str, float]:
+    """`speedup` is the one the reward uses (see `reward_speedup` for choosing the baseline)."""
     return {
         "format": 1.0 if extracted else 0.0,
         "compiled": 1.0 if compiled else 0.0,
         "correct": 1.0 if correct else 0.0,
         "speedup": float(speedup) if (correct and speedup is not None) else 0.0,
         "coverage": 1.0 if coverage is None else float(coverage),
+        "compile_speedup": float(compile_speedup) if (correct and compile_speedup is not None) else 0.0,
     }
+
+
+def reward_speedup(baseline: str, eager: float | None, compiled: float | None,
+                   compile_missing: str | None = None) -> tuple[float | None, dict | None]:
+    """The speedup the reward uses for `baseline`, and a note when the compile baseline was asked for
+    but there is none (the eager speedup stands in: a candidate is not scored down for a reference
+    that torch.compile cannot handle)."""
+    if baseline == "compile" and eager is not None:
+        if compiled is not None:
+            return compiled, None
+        return eager, {"requested": "compile", "used": "eager", "why": compile_missing or "no compile baseline"}
+    return eager, None
 
 
 def compute_reward(

@@ -47,6 +47,10 @@ class EngineSettings:
     reference_max_uses: int = 100
     # Reference timing older than this is measured again before it is used.
     reference_retime_s: float = 120.0
+    # The torch.compile baseline (measured by the judge, cached per problem); False switches it off
+    # for every job on this worker whatever the job's options say.
+    compile_baseline: bool = True
+    compile_baseline_timeout_s: float = 600.0
     # Set by the service's pipeline: this device's shared/exclusive schedule. The pipeline already
     # holds it exclusively during a job's "timing" stage; engine code that times on the device
     # outside a job's stages takes `gpu_schedule.exclusive()` itself (None: nothing to share with).
@@ -86,4 +90,5 @@ class EngineSettings:
                                                          settings.reference_max_uses))
         settings.reference_retime_s = float(os.environ.get("KERNELJUDGE_REFERENCE_RETIME_S",
                                                            settings.reference_retime_s))
+        settings.compile_baseline = _env_bool("KERNELJUDGE_COMPILE_BASELINE", settings.compile_baseline)
         return settings

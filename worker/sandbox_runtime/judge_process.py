@@ -9,7 +9,8 @@ device with the supervisor's comparison code (worker.correctness and friends, mo
 It replies with the report as plain data; the supervisor validates it.
 
 Commands: load, generate, inputs (the inputs for a candidate), compare (a candidate's run),
-check_timed (a candidate's timed-output snapshot), time.
+check_timed (a candidate's timed-output snapshot), compile (the torch.compile baseline, see
+compile_baseline), time (the eager reference, or the compiled one with `compiled`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import torch
 
 from . import reference_checks
+from .compile_baseline import compile_reference
 from .loader import UserCodeError, classify, clone_args, to_device
 from .runner import Runner
 from .shape_variant import input_bytes, input_shapes, wider_batch_plans
@@ -63,6 +65,10 @@ class JudgeRunner(Runner):
         self.ref_shape: list[Outputs] = []
         self.shape_info: dict = {}
         self.perturbed: list[int] = []
+        self.compiled_model = None
+        self.compiles = 0  # how many times this judge compiled its reference (once at most)
+        self.compile_reason: str | None = None
+        self.compile_s = 0.0
 
     def _kept(self, stored: dict) -> Outputs:
         return Outputs(stored["kind"], [t.to(self.device) for t in stored["tensors"]])
@@ -242,6 +248,33 @@ class JudgeRunner(Runner):
         report.passed = report.result.passed
         report.message = report.result.message
         return report
+
+    # -- the torch.compile baseline ----------------------------------------------------------
+    def op_compile(self, command: dict) -> None:
+        if self.compiles == 0 and self.ref_trials:
+            self.compiles += 1
+            expected = self.ref_trials[0]
+
+            def matches(stored: dict) -> str | None:
+                result = correctness.compare(0, expected, self._kept(stored), command.get("atol"),
+                                             command.get("rtol"))
+                return None if result.passed else (result.message or "outputs differ")
+
+            outcome = compile_reference(self.model, self.trial_inputs[0], self.device, self._sync, matches)
+            self.compiled_model = outcome.model
+            self.compile_reason, self.compile_s = outcome.reason, outcome.compile_s
+        elif not self.ref_trials:
+            self.compile_reason, self.compile_s = "the reference has not run yet", 0.0
+        self.channel.send("done", op="compile", ok=self.compiled_model is not None, reason=self.compile_reason,
+                          compile_s=self.compile_s, compiles=self.compiles)
+
+    def op_time(self, command: dict) -> None:
+        if command.get("compiled"):
+            if self.compiled_model is None:
+                raise UserCodeError("protocol", "no compiled reference to time")
+            self._send_timing(self.compiled_model, command)
+        else:
+            self._send_timing(self.model, command)
 
     # -- timed outputs -----------------------------------------------------------------
     def op_check_timed(self, command: dict) -> None:

@@ -165,8 +165,11 @@ class Runner:
 
     # -- timing (both roles) ----------------------------------------------------------
     def op_time(self, command: dict) -> None:
+        self._send_timing(self.model, command)
+
+    def _send_timing(self, model, command: dict) -> None:
         try:
-            samples = timer.time_model(self.model, self.pool, self.device, runs=command["runs"],
+            samples = timer.time_model(model, self.pool, self.device, runs=command["runs"],
                                        snapshot=bool(command.get("snapshot")))
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "while timing forward") from exc

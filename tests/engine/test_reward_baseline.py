@@ -1,0 +1,32 @@
+"""Choosing the reward's baseline: every preset reads the `speedup` component, which is the
+eager or the compile speedup as the job asks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from worker import reward
+
+
+def test_the_compile_baseline_feeds_the_presets_speedup():
+    speedup, note = reward.reward_speedup("compile", eager=4.0, compiled=1.5)
+    assert speedup == 1.5 and note is None
+    comps = reward.components(compiled=True, correct=True, speedup=speedup, compile_speedup=1.5)
+    assert reward.compute_reward("log_speedup", comps) == pytest.approx((math.log2(1.5) + 1) / 4)
+    assert reward.compute_reward("binary_fast", reward.components(
+        compiled=True, correct=True, speedup=reward.reward_speedup("compile", 2.0, 0.8)[0])) == 0.0
+
+
+def test_eager_is_the_default_and_a_missing_compile_baseline_falls_back_with_a_note():
+    assert reward.reward_speedup("eager", 3.0, 1.2) == (3.0, None)
+    speedup, note = reward.reward_speedup("compile", 3.0, None, "torch.compile failed: X")
+    assert speedup == 3.0 and note == {"requested": "compile", "used": "eager", "why": "torch.compile failed: X"}
+    assert reward.reward_speedup("compile", None, None) == (None, None), "not timed: nothing to reward"
+
+
+def test_custom_weights_may_use_the_compile_speedup():
+    comps = reward.components(compiled=True, correct=True, speedup=2.0, compile_speedup=1.25)
+    assert reward.compute_reward("custom", comps, weights={"compile_speedup": 1.0}) == 1.25
+    assert reward.components(compiled=True, correct=False, speedup=2.0, compile_speedup=1.25)["compile_speedup"] == 0
