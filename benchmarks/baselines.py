@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from worker import engine
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timing-budget", type=float, default=1.0)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--build-threads", type=int, default=8)
     args = parser.parse_args(argv)
 
     device = Device(args.device)
@@ -85,14 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[list[str]] = []
     environment = None
     started = time.monotonic()
-    for problem in select(args.problems):
-        for kind, request in requests_for(problem, device, tuple(args.kinds), options):
-            start = time.monotonic()
-            result = engine.evaluate(request, settings=settings)
-            environment = environment or result.environment
-            rows.append(row(problem.name, kind, result))
-            print(f"{problem.name:14s} {kind:10s} {result.status.value:10s} "
-                  f"{time.monotonic() - start:6.1f}s  " + " | ".join(rows[-1][3:]), file=sys.stderr, flush=True)
+    jobs = [(problem.name, kind, request) for problem in select(args.problems)
+            for kind, request in requests_for(problem, device, tuple(args.kinds), options)]
+    # Builds first, in parallel on CPU threads (as the service does); then one device stage at a time.
+    with ThreadPoolExecutor(args.build_threads) as pool:
+        prepared_jobs = list(pool.map(lambda job: engine.prepare(job[2], settings=settings), jobs))
+    print(f"prepared {len(jobs)} candidates in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    for (name, kind, _), prepared in zip(jobs, prepared_jobs, strict=True):
+        start = time.monotonic()
+        result = prepared if isinstance(prepared, EvalResult) else engine.execute(prepared, settings=settings)
+        environment = environment or result.environment
+        rows.append(row(name, kind, result))
+        print(f"{name:14s} {kind:10s} {result.status.value:10s} "
+              f"{time.monotonic() - start:6.1f}s  " + " | ".join(rows[-1][3:]), file=sys.stderr, flush=True)
     env = environment
     header = [
         "# Eager and torch.compile baselines of the problem library",
