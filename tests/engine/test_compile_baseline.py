@@ -102,3 +102,20 @@ def test_a_compiled_reference_that_disagrees_with_the_eager_one_is_no_baseline()
     outcome = compile_reference(model, args, torch.device("cpu"), lambda: None, matches)
     assert outcome.model is None and outcome.compile_s > 0
     assert outcome.reason.startswith("the compiled reference does not match the eager one on trial 0")
+
+
+def test_the_worker_switch_and_a_judge_broken_by_compile_turn_the_baseline_off():
+    from tests.engine.test_reference_cache import _cache, _entry, _key
+    from worker.compile_baseline import off_reason
+    from worker.models import EvalOptions
+    from worker.settings import EngineSettings
+
+    cache, settings = _cache(), EngineSettings()
+    entry = _entry(_key())
+    cuda = EvalOptions(device="cuda")
+    assert off_reason(cuda, settings, cache, entry) is None, "on by default on cuda"
+    assert off_reason(EvalOptions(device="cuda", compile_baseline=False), settings, cache, entry) is not None
+    cache.compile_failures[entry.key] = "torch.compile of the reference broke the judge (crashed): ..."
+    assert off_reason(cuda, settings, cache, entry).startswith("torch.compile of the reference broke the judge")
+    settings.compile_baseline = False
+    assert "KERNELJUDGE_COMPILE_BASELINE" in off_reason(cuda, settings, cache, entry)
