@@ -3,7 +3,8 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: prebuild eval elementwise redteam tests (default: eval redteam tests).
+# STEPS: prebuild eval elementwise baselines redteam tests (default: eval redteam tests).
+# baselines: eager and torch.compile baselines of the whole problem library (benchmarks/baselines.py).
 # KJ_PROBLEMS="softmax reduction" limits the eval step to those problems; KJ_REPEATS, KJ_TRIALS and
 # KJ_TIMING_BUDGET set its repeats, trials and timing budget.
 set -uo pipefail
@@ -31,6 +32,9 @@ for step in $steps; do
     prebuild)
         python3 -m benchmarks.prebuild 'benchmarks/redteam/cases/*/candidate.py' \
             'benchmarks/problems/elementwise/cuda_*.py' --threads 12 2>&1 | tee "$out/prebuild.log" ;;
+    baselines)
+        python3 -m benchmarks.baselines --device cuda --timing-budget ${KJ_TIMING_BUDGET:-1.0} --trials ${KJ_TRIALS:-3} \
+            ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} --out "$out/baselines_$stamp.md" 2>&1 | tee "$out/baselines.log" ;;
     redteam)
         python3 -m benchmarks.redteam --device cuda --gpu-only --markdown "$out/redteam_gpu_$stamp.md" 2>&1 \
             | tee "$out/redteam.log" ;;
