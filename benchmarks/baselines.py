@@ -100,8 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row(name, kind, result))
         print(f"{name:14s} {kind:10s} {result.status.value:10s} "
               f"{time.monotonic() - start:6.1f}s  " + " | ".join(rows[-1][3:]), file=sys.stderr, flush=True)
-    env = environment
-    header = [
+        text = table(rows, _header(environment, args, argv, started))
+        if args.out is not None:  # after every row: a run cut off by a time limit keeps what it measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text)
+    print(table(rows, _header(environment, args, argv, started)))
+    return 0
+
+
+def _header(env, args: argparse.Namespace, argv: list[str] | None, started: float) -> list[str]:
+    return [
         "# Eager and torch.compile baselines of the problem library",
         "",
         f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
@@ -114,12 +122,6 @@ def main(argv: list[str] | None = None) -> int:
         "compile vs eager = eager reference / torch.compile(reference) (default mode); speedup vs X = "
         "X's median / the candidate's. compile s: torch.compile's first call, paid once per problem.",
     ]
-    text = table(rows, header)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":
