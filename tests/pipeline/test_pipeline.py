@@ -83,6 +83,9 @@ def test_prepare_ahead_is_bounded(store, engine, embedded):
     lane = pool.pipeline.lanes[0]
     # One job on the device, one prepared behind it, and the feeder waiting for room: no third claim.
     assert lane.wait_until(lambda s: s.executing == 1 and s.ready == 1 and s.waiting_for_room == 1, WAIT_S)
+    # The lane counts job-0 as executing just before the engine starts it; its first device stage marks it
+    # running in the store (a CI run read the store in between).
+    engine.wait_for(lambda seen: seen.at_stage.get("job-0") == "reference")
     records = [store.get(job.id) for job in jobs]
     assert records[0].status == "running"
     assert records[1].status == "building" and records[1].built_at is not None
