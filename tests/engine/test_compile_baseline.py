@@ -11,24 +11,9 @@ from worker.models import EvalStatus
 # Small timing so that the Triton interpreter's candidate stays quick.
 TIMING = {"timing": True, "timing_budget_s": 0.2, "timing_min_runs": 3, "timing_max_runs": 5, "trials": 2}
 
-UNCOMPILABLE_REFERENCE = '''
-import torch
-import torch._inductor.config
-
 # A toolchain Inductor cannot use: torch.compile fails at the first call, eager is unaffected.
-torch._inductor.config.cpp.cxx = ("/nonexistent/c++",)
-N = 1000
-
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return x * torch.sigmoid(x)
-
-def get_inputs():
-    return [torch.randn(N)]
-
-def get_init_inputs():
-    return []
-'''
+UNCOMPILABLE_REFERENCE = ("import torch._inductor.config\n"
+                          "torch._inductor.config.cpp.cxx = ('/nonexistent/c++',)\n" + SILU_REFERENCE)
 
 
 def test_the_compile_baseline_is_measured_once_per_problem_and_can_be_rewarded(run_eval):
