@@ -286,7 +286,7 @@ class JobPipeline:
         try:
             self.store.release(job.id, job.attempts, RELEASED_ON_STOP)
         except Exception:  # the next start's recovery requeues it instead
-            log.exception("could not return job %s to the queue", ready.job.id)
+            log.exception("could not return job %s to the queue", job.id)
 
     def fail_safely(self, job: Job, reason: str) -> Job | None:
         try:
