@@ -19,7 +19,7 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "sandbox_runtime"
 PACKAGE_DIR = Path(__file__).resolve().parent
 # KJ_RUNTIME is the runtime package's directory (mapped to the host path without a sandbox).
 BOOT = ("import os, sys; sys.path.insert(0, os.path.dirname(os.environ['KJ_RUNTIME'])); "
-        "from sandbox_runtime.runner import main; raise SystemExit(main())")
+        "from sandbox_runtime.runner import run_and_exit; run_and_exit()")
 
 
 @dataclass
