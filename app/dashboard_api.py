@@ -11,9 +11,9 @@ import time
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from worker.store import JobStatus
-from worker.store.records import iso_time
-from worker.store.stats import InFlightJob, JobStats, QueueSnapshot
+from worker.jobs.store import JobStatus
+from worker.jobs.store.records import iso_time
+from worker.jobs.store.stats import InFlightJob, JobStats, QueueSnapshot
 
 from .auth import Principal, authenticate
 from .dashboard_schemas import (
@@ -64,7 +64,7 @@ async def session(principal: Principal = Depends(authenticate)) -> SessionView:
 
 
 def _device_label(worker: str, gpu: str | None) -> str:
-    # Worker names are "<kind>@<host>:<suffix>" (app/executors.py, worker/distributed/tasks.py).
+    # Worker names are "<kind>@<host>:<suffix>" (app/executors.py, worker/jobs/distributed/tasks.py).
     host = worker.split("@", 1)[-1].rsplit(":", 1)[0]
     return f"{host} GPU {gpu}" if gpu is not None else f"{host} CPU"
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from worker.store import JobStatus
+from worker.jobs.store import JobStatus
 
 from .schemas import JobView
 

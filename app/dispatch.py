@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from worker.store import Job, JobStore
-from worker.store.callbacks import CallbackSender
+from worker.jobs.store import Job, JobStore
+from worker.jobs.store.callbacks import CallbackSender
 
 from .executors import LocalWorkerPool, plan_identities
 from .metrics import ServiceMetrics
@@ -51,7 +51,7 @@ class CeleryDispatcher:
     mode = "celery"
 
     def __init__(self, broker_url: str):
-        from worker.distributed.celery_app import make_celery
+        from worker.jobs.distributed.celery_app import make_celery
 
         self.celery = make_celery(broker_url)
 
@@ -62,7 +62,7 @@ class CeleryDispatcher:
         pass
 
     def submitted(self, jobs: list[Job]) -> None:
-        from worker.distributed.celery_app import TASK_NAME
+        from worker.jobs.distributed.celery_app import TASK_NAME
 
         for job in jobs:
             try:

@@ -1,7 +1,7 @@
 """Embedded local workers: one device lane per visible GPU (or CPU worker), jobs claimed from the store.
 
 Each lane is fed by a thread that claims the next queued job whenever the lane has room; the
-pipeline (worker/pipeline.py) builds ahead on CPU threads and runs the device stages, timing
+pipeline (worker/jobs/pipeline.py) builds ahead on CPU threads and runs the device stages, timing
 alone on its GPU. The engine runs user code in sandboxed subprocesses; this process never
 imports CUDA. Jobs left in flight by a previous run of this node, in any pipeline stage, are
 requeued once at start (then failed), see JobStore.recover_orphans.
@@ -14,9 +14,9 @@ import socket
 import threading
 from collections.abc import Callable
 
-from worker.pipeline import DeviceLane, JobPipeline, PipelineConfig
-from worker.store import Job, JobStore
-from worker.store.runner import EngineCalls, WorkerIdentity
+from worker.jobs.pipeline import DeviceLane, JobPipeline, PipelineConfig
+from worker.jobs.store import Job, JobStore
+from worker.jobs.store.runner import EngineCalls, WorkerIdentity
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def embedded_prefix() -> str:
 
 def plan_identities(device: str, count: int | None) -> list[WorkerIdentity]:
     """One worker per visible GPU (device auto/cuda), else `count` (default 1) CPU workers."""
-    from worker.distributed.devices import visible_gpus
+    from worker.jobs.distributed.devices import visible_gpus
 
     gpus = visible_gpus() if device in ("auto", "cuda") else []
     if device == "cuda" and not gpus:

@@ -12,8 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
-from worker.store import JobStore
-from worker.store.callbacks import CallbackSender
+from worker.jobs.store import JobStore
+from worker.jobs.store.callbacks import CallbackSender
 
 from . import dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
 from .dispatch import CeleryDispatcher, EmbeddedDispatcher

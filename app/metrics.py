@@ -9,7 +9,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from worker.store import Job, JobStore
+from worker.jobs.store import Job, JobStore
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, R
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from worker.store import TERMINAL_STATUSES, Job, public_job
+from worker.jobs.store import TERMINAL_STATUSES, Job, public_job
 
 from .auth import Principal, authenticate
 from .schemas import BatchCreate, BatchItem, BatchResponse, EvaluationCreate, ItemError, JobList, JobView

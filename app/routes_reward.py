@@ -19,8 +19,8 @@ import re
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import ValidationError
 
+from worker.jobs.store import Job
 from worker.models import EvalOptions
-from worker.store import Job
 
 from .auth import Principal, authenticate_bearer_or_query
 from .schemas import PROBLEM_ID_PATTERN, EvaluationCreate, RewardRequest, RewardResponse
@@ -63,7 +63,7 @@ async def get_reward(body: RewardRequest, request: Request,
                                    "msg": "give one prompt per query (or none)"}])
     try:
         options = EvalOptions(reward_preset=reward_preset)
-        from worker.reward import validate_preset
+        from worker.engine.reward import validate_preset
 
         validate_preset(reward_preset, None)
     except (ValidationError, ValueError) as exc:

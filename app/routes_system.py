@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from worker.store import Problem
-from worker.store.records import iso_time
+from worker.jobs.store import Problem
+from worker.jobs.store.records import iso_time
 
 from .auth import Principal, authenticate
 from .schemas import (

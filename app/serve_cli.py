@@ -68,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not settings.broker_url and os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
         # Embedded workers run here: make sure the sandbox works before accepting jobs.
-        from worker.sandbox import SandboxUnavailable
-        from worker.sandbox.selfcheck import require_working_sandbox
-        from worker.settings import EngineSettings
+        from worker.engine.sandbox import SandboxUnavailable
+        from worker.engine.sandbox.selfcheck import require_working_sandbox
+        from worker.engine.settings import EngineSettings
 
         engine_settings = EngineSettings.from_env()
         try:

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from worker.store import IdempotencyConflict, Job, JobStore, NewJob
+from worker.jobs.store import IdempotencyConflict, Job, JobStore, NewJob
 
 from .auth import Principal
 from .dispatch import DispatchError
@@ -124,7 +124,7 @@ class Submitter:
             if extraction.ok:
                 submission["candidate"] = extraction.code
             else:
-                from worker.store.runner import extraction_failure_result
+                from worker.jobs.store.runner import extraction_failure_result
 
                 result = extraction_failure_result(options, extraction.message)
                 verdict = result["status"]
@@ -135,6 +135,6 @@ class Submitter:
 
 
 def _extract(completion: str):
-    from worker.completions import extract_candidate
+    from worker.engine.completions import extract_candidate
 
     return extract_candidate(completion)

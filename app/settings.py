@@ -22,7 +22,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.store.jobs import DEFAULT_JOB_TIME_LIMIT_S, default_data_dir, job_time_limit_from_env, sqlite_url
+from worker.jobs.store.jobs import (
+    DEFAULT_JOB_TIME_LIMIT_S,
+    default_data_dir,
+    job_time_limit_from_env,
+    sqlite_url,
+)
 
 
 @dataclass(frozen=True)

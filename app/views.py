@@ -6,7 +6,7 @@ from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from worker.store import Job, public_job
+from worker.jobs.store import Job, public_job
 
 from .schemas import JobView
 from .service import SubmissionError

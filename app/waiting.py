@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from worker.store import Job
+from worker.jobs.store import Job
 
 
 class JobEvents:

@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from worker import engine
+from worker.engine.settings import EngineSettings
 from worker.models import Device, EvalOptions, EvalRequest, EvalResult
 from worker.problem_library.catalog import LibraryProblem, select
-from worker.settings import EngineSettings
 
 HONEST = ("triton_ok", "cuda_ok", "numba_ok")
 COLUMNS = ("problem", "candidate", "verdict", "eager ref ms", "compiled ref ms", "compile vs eager",

@@ -30,11 +30,11 @@ from pathlib import Path
 
 import torch
 
-from worker import build
-from worker.cuda_build import pool
-from worker.launch import UserFailure
+from worker.engine import build
+from worker.engine.cuda_build import pool
+from worker.engine.launch import UserFailure
+from worker.engine.settings import EngineSettings
 from worker.models import SandboxKind
-from worker.settings import EngineSettings
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpora" / "kernelbench-sft"

@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from worker import engine
+from worker.engine.settings import EngineSettings
 from worker.models import Device, EvalOptions, EvalRequest, EvalResult, EvalStatus
-from worker.settings import EngineSettings
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "kernelbench-sft"
 CHECK_TIMEOUT_S = 600

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from worker.correctness import tolerance_for
+from worker.engine.correctness import tolerance_for
 
 
 def _use_prebuilt_extensions(ext_dir: Path | None) -> None:

@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from worker import engine
+from worker.engine.sandbox.bwrap import gpu_device_nodes
+from worker.engine.sandbox.selfcheck import check_sandbox
+from worker.engine.settings import EngineSettings
 from worker.models import Device, EvalOptions, EvalRequest, EvalResult
 from worker.problem_library.catalog import LIBRARY_DIR
-from worker.sandbox.bwrap import gpu_device_nodes
-from worker.sandbox.selfcheck import check_sandbox
-from worker.settings import EngineSettings
 
 PROBLEMS = LIBRARY_DIR
 HONEST = ("triton_ok", "cuda_ok", "numba_ok")  # Numba candidates exist for some problems only

@@ -16,11 +16,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from worker import build
-from worker.launch import UserFailure
+from worker.engine import build
+from worker.engine.launch import UserFailure
+from worker.engine.policy import detect_backend
+from worker.engine.settings import EngineSettings
 from worker.models import Backend, SandboxKind
-from worker.policy import detect_backend
-from worker.settings import EngineSettings
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from worker.sandbox_runtime.kernel_trace import trace_forward
+from worker.engine.sandbox_runtime.kernel_trace import trace_forward
 
 
 @triton.jit

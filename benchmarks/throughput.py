@@ -156,8 +156,8 @@ def run_serial(pairs: list[Pair], device: str, options: dict, data_dir: Path, de
     """The old path: one `engine.evaluate` at a time, in this process."""
     os.environ["KERNELJUDGE_DATA_DIR"] = str(data_dir)
     from worker import engine
+    from worker.engine.settings import EngineSettings
     from worker.models import EvalRequest
-    from worker.settings import EngineSettings
 
     settings = EngineSettings.from_env()
     phase = PhaseResult("serial engine.evaluate")

@@ -12,10 +12,10 @@ import sys
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "eval": ("worker.eval_cli", "evaluate a candidate against a reference locally (sandboxed)"),
-    "build": ("worker.build_cli", "build a CUDA candidate without a GPU, as the service does (fast or full path)"),
+    "eval": ("worker.engine.eval_cli", "evaluate a candidate against a reference locally (sandboxed)"),
+    "build": ("worker.engine.build_cli", "build a CUDA candidate without a GPU, as the service does (fast or full path)"),
     "serve": ("app.serve_cli", "run the HTTP API with embedded local workers"),
-    "worker": ("worker.celery_cli", "run Celery GPU workers against a Redis broker"),
+    "worker": ("worker.jobs.celery_cli", "run Celery GPU workers against a Redis broker"),
     "submit": ("kerneljudge.cli_client", "submit one evaluation to a server"),
     "status": ("kerneljudge.cli_client", "show an evaluation's status"),
     "batch": ("kerneljudge.cli_client", "submit a folder or JSONL file of candidates, write results as JSONL"),

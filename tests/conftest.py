@@ -34,7 +34,7 @@ POSTGRES_URL = os.environ.get("KERNELJUDGE_TEST_POSTGRES_URL")
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request, tmp_path):
-    from worker.store import JobStore  # only for the tests that use it: the client tests stay light
+    from worker.jobs.store import JobStore  # only for the tests that use it: the client tests stay light
 
     if request.param == "sqlite":
         instance = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")

@@ -1,4 +1,5 @@
-"""kerneljudge worker: the evaluation engine and the GPU workers that run it.
+"""kerneljudge worker: the evaluation engine (`worker.engine`) and the job plumbing that feeds it
+on every GPU (`worker.jobs`: store, pipeline, Celery); `worker.models` is the public contract.
 
 Importing this package (and `worker.models`) never imports torch: the supervising side never
 touches a tensor (the judge compares, in its own sandboxed process) and never initialises CUDA.

@@ -155,7 +155,7 @@ class ShapeTrialReport(BaseModel):
 class DiscriminationReport(BaseModel):
     """For a degenerate reference (outputs that move less than the tolerance between trials):
     the candidate's error must stay small against the reference's own trial-to-trial spread,
-    which no constant output can do (see worker/discrimination.py)."""
+    which no constant output can do (see worker/engine/discrimination.py)."""
 
     spread: float = Field(description="Largest max-abs difference between two trials' outputs: the float64 "
                                       "truth's where there is one, else the reference's.")
@@ -168,7 +168,7 @@ class DiscriminationReport(BaseModel):
 
 
 class PrecisionReport(BaseModel):
-    """Errors against a float64 run of the reference on the same inputs (see worker/precision.py)."""
+    """Errors against a float64 run of the reference on the same inputs (see worker/engine/precision.py)."""
 
     checked: bool
     reference_error: float | None = Field(default=None, description="RMS error of the reference vs float64.")
@@ -267,7 +267,7 @@ class KernelSummary(BaseModel):
 
 
 class CoverageReport(BaseModel):
-    """Kernel attribution of one forward call, from what ran (see worker/attribution.py)."""
+    """Kernel attribution of one forward call, from what ran (see worker/engine/attribution.py)."""
 
     share: float = Field(description="Own-kernel time / (own + library compute time): the candidate's share.")
     own_ms: float

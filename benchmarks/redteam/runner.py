@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from worker.models import Device, EvalOptions, EvalRequest, EvalStatus, PolicyConfig, RuleHit, StageLimits
-from worker.policy import check_candidate
+from worker.engine.policy import check_candidate
 
 from .corpus import RedteamCase
 

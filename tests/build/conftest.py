@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker import build
-from worker.settings import EngineSettings
+from worker.engine import build
+from worker.engine.settings import EngineSettings
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.build import candidates
-from worker import build
+from worker.engine import build
 from worker.models import SandboxKind
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch.utils.cpp_extension as cpp_extension
 
 from tests.build import candidates
-from worker.cuda_build.split import NotSplittable, split_cuda_source
-from worker.cuda_build.toolchain import find_toolchain
+from worker.engine.cuda_build.split import NotSplittable, split_cuda_source
+from worker.engine.cuda_build.toolchain import find_toolchain
 
 
 def split(source: str):

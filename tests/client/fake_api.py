@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 
 import httpx
 
-from worker.completions import extract_candidate
+from worker.engine.completions import extract_candidate
+from worker.engine.reward import components, compute_reward
 from worker.models import EvalOptions
-from worker.reward import components, compute_reward
 
 Scripted = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response | None]
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from worker.completions import extract_candidate
+from worker.engine.completions import extract_candidate
 
 CANDIDATE = """import torch
 import torch.nn as nn
@@ -178,5 +178,5 @@ def test_null_bytes_do_not_crash():
 
 
 def test_module_does_not_import_torch():
-    code = "import sys, worker.completions; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, worker.engine.completions; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

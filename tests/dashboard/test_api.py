@@ -8,7 +8,7 @@ import pytest
 
 from app.settings import key_id_for
 from tests.service.helpers import ADMIN_KEY, OTHER_KEY, USER_KEY, make_settings, start_server
-from worker.store import JobStore, NewJob
+from worker.jobs.store import JobStore, NewJob
 
 from .conftest import PROBLEM_NAME, SPAWNING_CANDIDATE, EvaluatedServer
 

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from worker.engine import evaluate
+from worker.engine.settings import EngineSettings
 from worker.models import EvalOptions, EvalRequest, EvalResult
-from worker.settings import EngineSettings
 
 SILU_REFERENCE = textwrap.dedent('''
     import torch

@@ -69,9 +69,9 @@ def test_the_compile_baseline_is_off_by_default_on_cpu(run_eval):
 def test_a_compiled_reference_that_disagrees_with_the_eager_one_is_no_baseline():
     import torch
 
-    from worker import correctness
-    from worker.sandbox_runtime.compile_baseline import compile_reference
-    from worker.sandbox_runtime.loader import to_storable
+    from worker.engine import correctness
+    from worker.engine.sandbox_runtime.compile_baseline import compile_reference
+    from worker.engine.sandbox_runtime.loader import to_storable
 
     class CompilesDifferently(torch.nn.Module):
         def forward(self, x):
@@ -91,9 +91,9 @@ def test_a_compiled_reference_that_disagrees_with_the_eager_one_is_no_baseline()
 
 def test_the_worker_switch_and_a_judge_broken_by_compile_turn_the_baseline_off():
     from tests.engine.test_reference_cache import _cache, _entry, _key
-    from worker.compile_baseline import off_reason
+    from worker.engine.compile_baseline import off_reason
+    from worker.engine.settings import EngineSettings
     from worker.models import EvalOptions
-    from worker.settings import EngineSettings
 
     cache, settings = _cache(), EngineSettings()
     entry = _entry(_key())

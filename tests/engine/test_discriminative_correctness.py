@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from tests.engine.conftest import TRITON_HEADER
-from worker.correctness import Outputs, compare_with_truth
-from worker.discrimination import discriminate
-from worker.input_checks import check_inputs
+from worker.engine.correctness import Outputs, compare_with_truth
+from worker.engine.discrimination import discriminate
+from worker.engine.input_checks import check_inputs
+from worker.engine.precision import precision_check
 from worker.models import EvalStatus
-from worker.precision import precision_check
 
 
 def _out(*values: float) -> Outputs:

@@ -10,8 +10,8 @@ import os
 import socket
 
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
+from worker.engine.policy.registry import RULES
 from worker.models import EvalStatus, PolicyConfig, StageLimits
-from worker.policy.registry import RULES
 
 NO_STATIC_POLICY = PolicyConfig(disabled_rules=[rule.id for rule in RULES])
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from tests.engine.conftest import SILU_REFERENCE
-from worker.judge import JudgeSession
+from worker.engine.judge import JudgeSession
+from worker.engine.reference_cache import new_seeds
+from worker.engine.sandbox.process import PAYLOAD_KEY
+from worker.engine.sandbox_runtime import wire
 from worker.models import EvalOptions
-from worker.reference_cache import new_seeds
-from worker.sandbox.process import PAYLOAD_KEY
-from worker.sandbox_runtime import wire
 
 
 @pytest.fixture

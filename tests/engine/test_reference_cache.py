@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import threading
 
+from worker.engine.reference_cache import (
+    CachedReference,
+    ProblemKey,
+    ReferenceCache,
+    ReferenceTiming,
+    new_seeds,
+)
+from worker.engine.settings import EngineSettings
 from worker.models import EvalOptions
-from worker.reference_cache import CachedReference, ProblemKey, ReferenceCache, ReferenceTiming, new_seeds
-from worker.settings import EngineSettings
 
 
 class FakeJudge:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from worker import reward
+from worker.engine import reward
 
 
 def test_the_compile_baseline_feeds_the_presets_speedup():

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from worker.sandbox import SandboxUnavailable
-from worker.sandbox_pool import PoolEmpty, SandboxPool
+from worker.engine.sandbox import SandboxUnavailable
+from worker.engine.sandbox_pool import PoolEmpty, SandboxPool
 
 
 class FakeRunner:

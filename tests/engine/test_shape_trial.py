@@ -7,8 +7,8 @@ import re
 import textwrap
 
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
+from worker.engine.verification import SHAPE_RULE
 from worker.models import EvalStatus
-from worker.verification import SHAPE_RULE
 
 HARD_CODED_SILU = triton_candidate('''
     y = torch.empty_like(x)

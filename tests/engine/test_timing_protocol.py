@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from worker.engine.timing_protocol import CALIBRATION_RUNS, TimedRun, fixed_count, measure
 from worker.models import EvalOptions
-from worker.timing_protocol import CALIBRATION_RUNS, TimedRun, fixed_count, measure
 
 
 def test_the_count_fits_the_budget_and_the_bounds():

@@ -1,10 +1,10 @@
-"""The runtime rules on observations (worker/verification.py): each fires on its evidence only."""
+"""The runtime rules on observations (worker/engine/verification.py): each fires on its evidence only."""
 
 from __future__ import annotations
 
-from worker.attribution import Attribution
+from worker.engine.attribution import Attribution
+from worker.engine.verification import Observations, runtime_rules
 from worker.models import CoverageReport, InputCheckReport, KernelSummary, PolicyConfig, PrecisionReport
-from worker.verification import Observations, runtime_rules
 
 OWN = KernelSummary(name="my_kernel", launches=1, ms=1.0, share=0.5)
 LIBRARY = KernelSummary(name="sm90_xmma_gemm", launches=1, ms=1.0, share=0.5, op="aten::mm")

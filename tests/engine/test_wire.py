@@ -8,7 +8,7 @@ import io
 import pytest
 import torch
 
-from worker.sandbox_runtime import wire
+from worker.engine.sandbox_runtime import wire
 
 
 def _round_trip(value: object, choose=wire.want_all) -> object:

@@ -7,8 +7,8 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
+from worker.jobs.store import Job, JobStore, NewJob
 from worker.models import EvalResult, EvalStatus
-from worker.store import Job, JobStore, NewJob
 
 WAIT_S = 60.0  # an upper bound for event waits, never reached when the pipeline works
 

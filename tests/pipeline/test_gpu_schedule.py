@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.gpu_schedule import GpuSchedule
+from worker.jobs.gpu_schedule import GpuSchedule
 
 
 def test_exclusive_is_reentrant_in_the_holding_thread():

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from app.executors import LocalWorkerPool
-from worker.pipeline import JobPipeline, PipelineConfig
-from worker.store import Job, JobStore
-from worker.store.runner import EngineCalls, WorkerIdentity
+from worker.jobs.pipeline import JobPipeline, PipelineConfig
+from worker.jobs.store import Job, JobStore
+from worker.jobs.store.runner import EngineCalls, WorkerIdentity
 
 from .fakes import WAIT_S, FakeEngine, add_job
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from worker.engine.policy import check_candidate
 from worker.models import Backend, PolicyConfig, RuleHit
-from worker.policy import check_candidate
 
 TRITON_HEAD = '''import torch
 import torch.nn as nn

@@ -8,8 +8,8 @@ import pytest
 
 from benchmarks.redteam.corpus import load_corpus
 from benchmarks.redteam.runner import CAUGHT, FALSE_POSITIVE, PENDING, run_static
-from worker.policy import RULES
-from worker.policy.registry import short_id
+from worker.engine.policy import RULES
+from worker.engine.policy.registry import short_id
 
 CASES = load_corpus()
 RUNTIME_RULE = re.compile(r"^KJ-R\d{2}$")

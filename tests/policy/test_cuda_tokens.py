@@ -1,6 +1,6 @@
 """The C++ tokenizer keeps code, strings and directives apart and drops comments."""
 
-from worker.policy.cuda_tokens import directive_body_tokens, include_target, tokenize
+from worker.engine.policy.cuda_tokens import directive_body_tokens, include_target, tokenize
 
 
 def kinds_and_texts(text):

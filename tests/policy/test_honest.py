@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from worker.engine.policy import detect_backend, verdict
 from worker.models import Backend
-from worker.policy import detect_backend, verdict
 
 from .policy_helpers import check, cuda_candidate, fired, triton_candidate
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from worker.kernel_names import own_kernel_names
+from worker.engine.kernel_names import own_kernel_names
+from worker.engine.policy import detect_backend
 from worker.models import Backend
-from worker.policy import detect_backend
 from worker.problem_library.catalog import NUMBA_KINDS, load_library
 
 from .policy_helpers import check, fired

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.policy.registry import is_disabled, rule
+from worker.engine.policy.registry import is_disabled, rule
 
 
 def test_runtime_rules_are_disabled_by_full_id_or_short_number():

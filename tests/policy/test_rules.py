@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.policy import RULES, rule
+from worker.engine.policy import RULES, rule
 
 from .policy_helpers import check, cuda_candidate, fired, triton_candidate
 

@@ -7,9 +7,9 @@ import shutil
 import pytest
 
 from worker.engine import evaluate
+from worker.engine.settings import EngineSettings
 from worker.models import EvalOptions, EvalRequest, EvalResult, PolicyConfig
 from worker.problem_library.catalog import LibraryProblem
-from worker.settings import EngineSettings
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from worker.jobs.store.jobs import problem_id_for
 from worker.problem_library.catalog import (
     ALL_KINDS,
     CANDIDATE_KINDS,
@@ -24,7 +25,6 @@ from worker.problem_library.catalog import (
     select,
 )
 from worker.problem_library.sizes import shrink_sizes
-from worker.store.jobs import problem_id_for
 
 
 def _top_level_names(source: str) -> set[str]:

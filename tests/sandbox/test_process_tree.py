@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from worker.sandbox import ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
-from worker.sandbox.process import CappedLog
+from worker.engine.sandbox import ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
+from worker.engine.sandbox.process import CappedLog
 
 SPAWNER = r"""
 import os, subprocess, time

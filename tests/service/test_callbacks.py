@@ -6,8 +6,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from worker.store.callbacks import CallbackSender
-from worker.store.records import Job
+from worker.jobs.store.callbacks import CallbackSender
+from worker.jobs.store.records import Job
 
 
 def _finished_job(callback_url: str | None) -> Job:

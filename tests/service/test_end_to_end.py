@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 
-from worker.store.callbacks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from worker.jobs.store.callbacks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 from .helpers import USER_KEY, make_settings, poll_until, start_server
 from .sources import (

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from worker.store import JobStore, NewJob
-from worker.store.runner import WorkerIdentity, build_request
+from worker.jobs.store import JobStore, NewJob
+from worker.jobs.store.runner import WorkerIdentity, build_request
 
 REFERENCE = "import torch\nclass Model(torch.nn.Module):\n    pass\n"
 CPU_WORKER = WorkerIdentity(name="test", device="cpu")

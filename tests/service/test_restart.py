@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from app.executors import embedded_prefix
-from worker.store import JobStore
+from worker.jobs.store import JobStore
 
 from .helpers import USER_KEY, make_settings, start_server
 from .sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE

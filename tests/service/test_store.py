@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from worker.store import MAX_ATTEMPTS, IdempotencyConflict, JobStore, NewJob
+from worker.jobs.store import MAX_ATTEMPTS, IdempotencyConflict, JobStore, NewJob
 
 
 def _new(store: JobStore, key: str = "k", **fields) -> NewJob:

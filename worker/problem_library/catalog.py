@@ -58,7 +58,7 @@ class LibraryProblem:
 
     @property
     def problem_id(self) -> str:
-        # Same as worker.store.jobs.problem_id_for, without importing the store (SQLAlchemy).
+        # Same as worker.jobs.store.jobs.problem_id_for, without importing the store (SQLAlchemy).
         return hashlib.sha256(self.reference.encode("utf-8", "surrogatepass")).hexdigest()
 
     @property

@@ -1,0 +1,140 @@
+"""The trusted judge of one problem, seen from the supervisor.
+
+A judge is a sandboxed runner in the reference role (sandbox_runtime/judge_process.py): it runs
+the problem's reference, keeps the input sets and the reference's outputs in its own memory (on
+the GPU when there is one) and compares a candidate's outputs there. It never runs candidate code.
+Tensors move between the judge, the supervisor and a candidate only over the runners' pipes, as
+copies: nothing goes through a file, and a candidate's runner only ever receives inputs.
+
+The reference is user code too (the problem's registrant's), so the judge is sandboxed like a
+candidate, serves one problem only, and is retired on the reference cache's schedule.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..models import CorrectnessReport, Device, EvalOptions
+from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
+from .sandbox import ResourceLimits
+from .sandbox.process import DEFAULT_MAX_PAYLOAD_BYTES, PAYLOAD_KEY
+from .settings import EngineSettings
+from .timing_protocol import TimedRun
+
+# Input sets and outputs the judge sends or accepts: bounded so a broken reference cannot make
+# the supervisor buffer without limit.
+MAX_JUDGE_PAYLOAD_BYTES = 16 * 1024**3
+
+
+@dataclass
+class GeneratedReference:
+    """What the judge reports after running the reference (no tensors: they stay in the judge)."""
+
+    environment: dict
+    shape_info: dict
+    perturbed_trials: list[int]
+    truth_skipped: str | None
+    output_bytes: int  # one trial's outputs
+    reply_bytes: int  # an honest candidate's run reply
+    input_bytes: int
+    tampered: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    """The judge's verdict on one candidate run: a report, or why the outputs were unreadable."""
+
+    report: CorrectnessReport | None
+    invalid: str | None
+    perturbed_trials: list[int]
+
+
+@dataclass
+class CompileBaseline:
+    """What the judge reports about its torch.compile baseline (see sandbox_runtime/compile_baseline)."""
+
+    available: bool
+    reason: str | None  # why there is none
+    compile_s: float
+    compiles: int  # how many times this judge has compiled its reference (0 or 1)
+
+
+class JudgeSession:
+    """A started judge for one problem (one reference source and its options)."""
+
+    def __init__(self, reference: str, options: EvalOptions, settings: EngineSettings) -> None:
+        self.reference = reference
+        self.options = options
+        cuda = options.device == Device.cuda
+        limits = ResourceLimits(cpu_s=int(options.limits.run_s * 4) + 600,
+                                address_space_bytes=None if cuda else 16 * 1024**3)
+        config = RunnerConfig(role="reference", mode="run", device=options.device.value, paths=RunnerPaths(),
+                              sandbox=options.sandbox)
+        self.session = RunnerSession(config, settings, limits)
+        self.session.process.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
+        self.generated: GeneratedReference | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.session.process.running
+
+    def start(self, seeds: dict, deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
+        """Start, import the reference and run it on every input set (UserFailure: the reference's fault)."""
+        self.session.process.start()
+        self.session.wait_ready(deadline)
+        self.session.load(self.reference, deadline)
+        reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes, atol=self.options.atol,
+                                     rtol=self.options.rtol, **seeds)
+        self.generated = GeneratedReference(
+            environment=self.session.environment, shape_info=dict(reply.get("shape_trial") or {}),
+            perturbed_trials=[int(i) for i in reply.get("perturbed_trials") or []],
+            truth_skipped=str(reply["truth_skipped"])[:500] if reply.get("truth_skipped") else None,
+            output_bytes=int(reply.get("output_bytes") or 0), reply_bytes=int(reply.get("reply_bytes") or 0),
+            input_bytes=int(reply.get("input_bytes") or 0), tampered=list(reply.get("tampered") or []),
+        )
+        self.session.process.max_payload_bytes = min(MAX_JUDGE_PAYLOAD_BYTES,
+                                                     max(DEFAULT_MAX_PAYLOAD_BYTES, 2 * self.generated.input_bytes))
+        return self.generated
+
+    def inputs(self, deadline: float) -> dict:
+        """The input sets for one candidate, as a reply to forward (the bytes stay as they came)."""
+        reply = self.session.request("inputs", deadline)
+        if PAYLOAD_KEY not in reply:
+            raise UserFailure("protocol", "the judge sent no inputs")
+        return reply
+
+    def compare(self, run_reply: dict, deadline: float) -> Comparison:
+        """Compare a candidate's run reply (forwarded as it came: the judge checks shapes and dtypes
+        against the reference's before it reads a byte of it)."""
+        opts = self.options
+        from .policy.registry import is_disabled
+        from .verification import SHAPE_RULE
+
+        reply = self.session.request("compare", deadline, forward=run_reply, atol=opts.atol, rtol=opts.rtol,
+                                     shape_check=not is_disabled(SHAPE_RULE, opts.policy.disabled_rules),
+                                     shape_rule=SHAPE_RULE)
+        if reply.get("invalid"):
+            return Comparison(None, str(reply["invalid"])[:2000], [])
+        return Comparison(CorrectnessReport.model_validate(reply["report"]), None,
+                          [int(i) for i in reply.get("perturbed_trials") or []])
+
+    def check_timed(self, snapshot_reply: dict, deadline: float) -> tuple[bool, str | None]:
+        reply = self.session.request("check_timed", deadline, forward=snapshot_reply, atol=self.options.atol,
+                                     rtol=self.options.rtol)
+        return bool(reply.get("ok")), reply.get("message")
+
+    def compile(self, deadline: float) -> CompileBaseline:
+        """Compile the reference with torch.compile, once per judge (a later call reports the first)."""
+        reply = self.session.request("compile", deadline, atol=self.options.atol, rtol=self.options.rtol)
+        reason = reply.get("reason")
+        return CompileBaseline(available=bool(reply.get("ok")), reason=str(reason)[:1000] if reason else None,
+                               compile_s=float(reply.get("compile_s") or 0.0), compiles=int(reply.get("compiles") or 0))
+
+    def time(self, runs: int, deadline: float, *, compiled: bool = False) -> TimedRun:
+        start = time.monotonic()
+        reply = self.session.request("time", deadline, expect="timing", runs=runs, compiled=compiled)
+        return TimedRun.from_reply(reply, time.monotonic() - start)
+
+    def close(self) -> None:
+        self.session.process.close(grace_s=2.0)

@@ -1,0 +1,34 @@
+"""A job between its two halves: validated and built (prepare), waiting for the device (execute)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models import Backend, EvalRequest
+from .result_builder import ResultBuilder
+
+# Called with the name of each stage as it starts: validate, build, reference, candidate,
+# compare, timing, reward. The service uses it to move a job from `building` to `running`.
+StageCallback = Callable[[str], None]
+
+
+@dataclass
+class PreparedJob:
+    """A validated and built candidate, ready for the device stage."""
+
+    request: EvalRequest
+    backend: Backend
+    workdir: Path
+    builder: ResultBuilder
+    ext_dir: Path | None = None
+
+    def discard(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def notify(on_stage: StageCallback | None, stage: str) -> None:
+    if on_stage is not None:
+        on_stage(stage)

@@ -1,0 +1,144 @@
+"""Collects what each stage learned and turns it into the public EvalResult."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+from ..models import (
+    Backend,
+    CorrectnessReport,
+    CoverageReport,
+    EnvironmentInfo,
+    ErrorInfo,
+    EvalOptions,
+    EvalResult,
+    EvalStatus,
+    RuleHit,
+    TimingReport,
+)
+from . import reward
+from .launch import UserFailure
+
+MAX_CANDIDATE_LOG = 8000
+
+# How a candidate failure kind maps to the verdict's status.
+CANDIDATE_STATUS = {
+    "compile_error": EvalStatus.compile_error,
+    "runtime_error": EvalStatus.runtime_error,
+    "invalid_output": EvalStatus.incorrect,
+    "timeout": EvalStatus.timeout,
+    "crashed": EvalStatus.runtime_error,
+    "protocol": EvalStatus.runtime_error,
+}
+HINTS = {
+    "compile_error": "fix the compiler errors shown in log_excerpt",
+    "runtime_error": "the traceback is in log_excerpt",
+    "invalid_output": "forward must return a plain torch.Tensor or a tuple of them",
+    "timeout": "the candidate ran past its time limit and was killed with all its processes",
+    "crashed": "the process died without reporting (os._exit, a signal, or running out of memory)",
+    "protocol": "the candidate wrote to the evaluator's reply channel",
+}
+
+
+class ResultBuilder:
+    def __init__(self, options: EvalOptions) -> None:
+        self.options = options
+        self.stages: dict[str, float] = {}
+        self.backend: Backend | None = None
+        self.compiled = False
+        self.rules: list[RuleHit] = []
+        self.environment: EnvironmentInfo | None = None
+        self.extra: dict = {}
+        self.candidate_log: str | None = None
+        self.error: ErrorInfo | None = None
+        self.status: EvalStatus | None = None
+        self.coverage: CoverageReport | None = None
+
+    @contextmanager
+    def stage(self, name: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.stages[name] = round(self.stages.get(name, 0.0) + time.monotonic() - start, 4)
+
+    def add_rules(self, hits: list[RuleHit]) -> None:
+        self.rules.extend(hits)
+
+    @property
+    def rejected(self) -> bool:
+        return any(hit.severity == "reject" for hit in self.rules)
+
+    @property
+    def flagged(self) -> bool:
+        return any(hit.severity == "flag" for hit in self.rules)
+
+    def set_candidate_log(self, text: str) -> None:
+        if len(text) > MAX_CANDIDATE_LOG:
+            half = MAX_CANDIDATE_LOG // 2 - 40
+            text = f"{text[:half]}\n[... {len(text) - 2 * half} characters dropped ...]\n{text[-half:]}"
+        self.candidate_log = text or None
+
+    # -- failures ---------------------------------------------------------------------
+    def fail(self, status: EvalStatus, kind: str, message: str, *, line: int | None = None,
+             log_excerpt: str | None = None) -> EvalResult:
+        self.status = status
+        self.error = ErrorInfo(kind=kind, message=message, line=line, log_excerpt=log_excerpt or None)
+        return self.finish()
+
+    def candidate_failure(self, failure: UserFailure, *, during: str) -> EvalResult:
+        status = CANDIDATE_STATUS.get(failure.kind, EvalStatus.runtime_error)
+        if status == EvalStatus.compile_error:
+            self.compiled = False
+        elif during != "build" and self.backend != Backend.cuda:
+            self.compiled = True  # Triton kernels compile at first launch
+        message = f"candidate {during}: {failure.message}"
+        if failure.kind == "timeout":
+            # The sandbox only knows the time left when it started waiting; the user set the stage's limit.
+            name = "build_s" if during == "build" else "timing_s" if during == "timing" else "run_s"
+            message += f"; the stage's limit is {getattr(self.options.limits, name):g}s (options.limits.{name})"
+        hint = HINTS.get(failure.kind)
+        if hint:
+            message = f"{message} ({hint})"
+        return self.fail(status, failure.kind, message, log_excerpt=failure.detail[-4000:] or None)
+
+    def reference_failure(self, failure: UserFailure) -> EvalResult:
+        return self.fail(EvalStatus.invalid_input, f"reference_{failure.kind}",
+                         f"the reference failed, so nothing can be judged: {failure.message}",
+                         log_excerpt=failure.detail[-4000:] or None)
+
+    # -- the verdict --------------------------------------------------------------------
+    def finish(self, *, correctness: CorrectnessReport | None = None, timing: TimingReport | None = None
+               ) -> EvalResult:
+        correct = bool(correctness and correctness.passed and self.error is None)
+        status = self.status
+        if self.rejected:
+            status = EvalStatus.rejected
+        elif status is None:
+            status = EvalStatus.ok if correct else EvalStatus.incorrect
+        if status == EvalStatus.rejected and self.error is None:
+            first = next(hit for hit in self.rules if hit.severity == "reject")
+            self.error = ErrorInfo(kind="rejected", message=f"{first.rule}: {first.message}", line=first.line,
+                                   log_excerpt=first.evidence)
+        speedup = timing.speedup if (timing and correct) else None
+        compile_speedup = timing.compile_speedup if (timing and correct) else None
+        rewarded, note = reward.reward_speedup(self.options.reward_baseline, speedup, compile_speedup,
+                                               timing.compile_baseline_missing if timing else None)
+        if note is not None:
+            self.extra["reward_baseline"] = note
+        comps = reward.components(compiled=self.compiled, correct=correct, speedup=rewarded,
+                                  coverage=self.coverage.share if self.coverage else None,
+                                  compile_speedup=compile_speedup)
+        value = reward.compute_reward(
+            self.options.reward_preset, comps, weights=self.options.reward_weights,
+            rejected=status == EvalStatus.rejected, flagged=self.flagged,
+            flagged_reward=self.options.policy.flagged_reward,
+        )
+        return EvalResult(
+            status=status, compiled=self.compiled, correct=correct and status == EvalStatus.ok,
+            flagged=self.flagged, speedup=speedup, reward=value, reward_preset=self.options.reward_preset,
+            reward_components=comps, backend=self.backend, error=self.error, correctness=correctness,
+            timing=timing, rules=self.rules, coverage=self.coverage, stages=self.stages, environment=self.environment,
+            candidate_log=self.candidate_log, extra=self.extra,
+        )

@@ -1,0 +1,237 @@
+"""Warm sandboxes: candidate runners started ahead of time, each used for exactly one candidate.
+
+A runner in the pool has started its sandbox, imported torch and Triton and initialised the
+device, and waits for its `load`. `take` hands one out and removes it from the pool for good:
+after its job it is torn down (`retire`), never returned, so nothing one candidate left behind
+(files in its private /tmp, its Triton cache, GPU state, monkeypatches) can reach another. A
+background thread refills the pool to its size; retired runners are closed by another thread, so
+neither start nor teardown sits on a job's path. When the pool is empty, `take` waits for the
+next runner (back-pressure) and raises PoolEmpty when its time is up.
+
+Size 0 means no pool: `take` starts a runner itself (the same runner, just cold).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models import Device, SandboxKind
+from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
+from .sandbox import ResourceLimits, SandboxUnavailable
+from .settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+# Pooled runners wait for a job of unknown length: the job's own CPU limit is set at `load`.
+POOLED_CPU_S = 4 * 3600
+READY_TIMEOUT_S = 300.0
+# After a failed start the refiller waits this long before trying again (not a synchronisation).
+RETRY_AFTER_S = 5.0
+
+
+class PoolEmpty(TimeoutError):
+    """No warm runner became ready in time."""
+
+
+@dataclass
+class WarmRunner:
+    """A started candidate runner and the host folder mounted as its extension folder."""
+
+    session: RunnerSession
+    slot_dir: Path | None
+
+    @property
+    def ext_dir(self) -> Path | None:
+        return None if self.slot_dir is None else self.slot_dir / "ext"
+
+    @property
+    def alive(self) -> bool:
+        return self.session.process.running
+
+    def close(self) -> None:
+        try:
+            self.session.process.close(grace_s=2.0)
+        finally:
+            if self.slot_dir is not None:
+                shutil.rmtree(self.slot_dir, ignore_errors=True)
+
+
+class SandboxPool:
+    def __init__(self, start_runner: Callable[[], WarmRunner], size: int, *, name: str = "sandbox-pool") -> None:
+        self._start_runner = start_runner
+        self.size = size
+        self.name = name
+        self._ready: deque[WarmRunner] = deque()
+        self._starting = 0
+        self._error: Exception | None = None
+        self._closed = False
+        self._cond = threading.Condition()
+        self._teardown: queue.Queue[WarmRunner | None] = queue.Queue()
+        self._teardown_thread = threading.Thread(target=self._teardown_loop, name=f"{name}-teardown", daemon=True)
+        self._teardown_thread.start()
+        self._refill_thread: threading.Thread | None = None
+        if size > 0:
+            self._refill_thread = threading.Thread(target=self._refill_loop, name=f"{name}-refill", daemon=True)
+            self._refill_thread.start()
+
+    # -- handing out -------------------------------------------------------------------
+    def take(self, timeout_s: float) -> WarmRunner:
+        """A ready runner, for one candidate only. Waits while the pool is empty."""
+        if self.size <= 0:
+            return self._start_runner()
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        with self._cond:
+            while True:
+                while self._ready:
+                    runner = self._ready.popleft()
+                    self._cond.notify_all()  # the refiller starts the next one
+                    if runner.alive:
+                        return runner
+                    log.warning("%s: a warm runner died while waiting; discarded", self.name)
+                    self._teardown.put(runner)
+                if self._error is not None:
+                    error, self._error = self._error, None
+                    raise error
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    raise PoolEmpty(f"no warm sandbox became ready within {timeout_s:.0f}s")
+                self._cond.wait(left)
+
+    def retire(self, runner: WarmRunner) -> None:
+        """Tear a used runner down, off the caller's thread."""
+        self._teardown.put(runner)
+
+    @property
+    def ready_count(self) -> int:
+        with self._cond:
+            return len(self._ready)
+
+    # -- background work ---------------------------------------------------------------
+    def _refill_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and len(self._ready) + self._starting >= self.size:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                self._starting += 1
+            runner: WarmRunner | None = None
+            error: Exception | None = None
+            try:
+                runner = self._start_runner()
+            except Exception as exc:  # noqa: BLE001 - handed to the next take(), logged here
+                log.warning("%s: starting a warm runner failed: %s", self.name, exc)
+                error = exc
+            with self._cond:
+                self._starting -= 1
+                if runner is not None and not self._closed:
+                    self._ready.append(runner)
+                elif runner is not None:
+                    self._teardown.put(runner)
+                if error is not None:
+                    self._error = error
+                self._cond.notify_all()
+                if error is not None and not self._closed:
+                    self._cond.wait(RETRY_AFTER_S)
+
+    def _teardown_loop(self) -> None:
+        while True:
+            runner = self._teardown.get()
+            if runner is None:
+                return
+            try:
+                runner.close()
+            except Exception:  # noqa: BLE001 - a teardown failure must not stop the others
+                log.exception("%s: closing a runner failed", self.name)
+
+    def close(self) -> None:
+        """Stop refilling, close the waiting runners, and wait for every teardown to finish."""
+        with self._cond:
+            self._closed = True
+            waiting = list(self._ready)
+            self._ready.clear()
+            self._cond.notify_all()
+        if self._refill_thread is not None:
+            self._refill_thread.join()
+        for runner in waiting:
+            self._teardown.put(runner)
+        self._teardown.put(None)
+        self._teardown_thread.join()
+
+
+# -- candidate runner pools, one per kind of runner ----------------------------------------
+@dataclass(frozen=True)
+class PoolKey:
+    """Everything a runner's sandbox is started with; jobs that agree on it can share a pool."""
+
+    device: Device
+    sandbox: SandboxKind
+    gpu_index: int | None
+    cpu_threads: int
+    isolate_network: bool
+    cuda_arch: str | None
+    size: int
+
+
+_pools: dict[PoolKey, SandboxPool] = {}
+_pools_lock = threading.Lock()
+_slot_root: Path | None = None
+
+
+def _slot_folder() -> Path:
+    global _slot_root
+    if _slot_root is None:
+        _slot_root = Path(tempfile.mkdtemp(prefix="kj-sandboxes-"))
+    return Path(tempfile.mkdtemp(dir=_slot_root))
+
+
+def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner:
+    """Start one candidate runner and wait until it is warm (SandboxUnavailable / UserFailure)."""
+    slot = _slot_folder()
+    (slot / "ext").mkdir()
+    limits = ResourceLimits(cpu_s=POOLED_CPU_S,
+                            address_space_bytes=None if key.device == Device.cuda else 16 * 1024**3)
+    config = RunnerConfig(role="candidate", mode="run", device=key.device.value,
+                          paths=RunnerPaths(ext_dir=slot / "ext"), sandbox=key.sandbox)
+    runner = WarmRunner(RunnerSession(config, settings, limits), slot)
+    try:
+        runner.session.process.start()
+        runner.session.wait_ready(time.monotonic() + READY_TIMEOUT_S)
+    except (SandboxUnavailable, UserFailure):
+        runner.close()
+        raise
+    return runner
+
+
+def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> SandboxPool:
+    """The pool of candidate runners for this kind of job (started on first use)."""
+    key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.isolate_network,
+                  settings.cuda_arch_list, max(settings.warm_sandboxes, 0))
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            pool = SandboxPool(lambda: start_candidate_runner(key, settings), key.size,
+                               name=f"sandboxes-{device.value}-{sandbox.value}")
+            _pools[key] = pool
+        return pool
+
+
+@atexit.register
+def close_pools() -> None:
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.close()
+    if _slot_root is not None:
+        shutil.rmtree(_slot_root, ignore_errors=True)

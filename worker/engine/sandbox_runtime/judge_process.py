@@ -1,0 +1,314 @@
+"""The judge, inside its sandbox: runs the reference, keeps its inputs and outputs, and compares.
+
+A judge never runs candidate code. It generates the input sets from the seeds it is given, runs
+the reference on them (with its float64 ground truth, the degenerate-reference perturbation and
+the doubled-batch trial), and keeps everything in its own memory, outputs on its device. A
+candidate's outputs arrive as bytes over the pipe (see wire); the judge reads only tensors whose
+shape and dtype are the ones it expects, into fresh storage of its own, then compares on its
+device with the supervisor's comparison code (worker.engine.correctness and friends, mounted read-only).
+It replies with the report as plain data; the supervisor validates it.
+
+Commands: load, generate, inputs (the inputs for a candidate), compare (a candidate's run),
+check_timed (a candidate's timed-output snapshot), compile (the torch.compile baseline, see
+compile_baseline), time (the eager reference, or the compiled one with `compiled`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from . import reference_checks
+from .compile_baseline import compile_reference
+from .loader import UserCodeError, classify, clone_args, to_device
+from .runner import Runner
+from .shape_variant import input_bytes, input_shapes, wider_batch_plans
+from .wire import Pending, WireError
+
+# The comparison code is the supervisor's own package, mounted read-only (KJ_LIB).
+sys.path.insert(0, os.path.dirname(os.environ.get("KJ_LIB", "/kj/lib/worker")))
+
+from worker.engine import correctness  # noqa: E402
+from worker.engine.correctness import MalformedOutputs, Outputs  # noqa: E402
+from worker.engine.discrimination import discriminate  # noqa: E402
+from worker.engine.input_checks import check_inputs  # noqa: E402
+from worker.engine.precision import precision_check  # noqa: E402
+from worker.models import CorrectnessReport, ShapeTrialReport  # noqa: E402
+
+# Tensors a candidate's reply may hold besides its outputs: the inputs after the first trials.
+INPUT_CHECK_TRIALS = 2
+
+
+def _want_matching(items: object, expected: list) -> None:
+    """Mark each announced tensor wanted when the expected one at its place has its shape and dtype."""
+    if not isinstance(items, list):
+        return
+    for item, exp in zip(items, expected, strict=False):
+        if isinstance(item, Pending) and isinstance(exp, torch.Tensor) and item.matches(exp):
+            item.wanted = True
+
+
+class JudgeRunner(Runner):
+    role = "reference"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.init_inputs: list = []
+        self.trial_inputs: list[list] = []
+        self.pool_inputs: list[list] = []
+        self.shape_inputs: list[list] = []
+        self.ref_trials: list[Outputs] = []
+        self.truths: list[Outputs] = []
+        self.ref_pool: list[Outputs] = []
+        self.ref_shape: list[Outputs] = []
+        self.shape_info: dict = {}
+        self.perturbed: list[int] = []
+        self.compiled_model = None
+        self.compiles = 0  # how many times this judge compiled its reference (once at most)
+        self.compile_reason: str | None = None
+        self.compile_s = 0.0
+
+    def _kept(self, stored: dict) -> Outputs:
+        return Outputs(stored["kind"], [t.to(self.device) for t in stored["tensors"]])
+
+    def _inputs(self, seed: int) -> list:
+        torch.manual_seed(seed)
+        try:
+            return list(self.module.get_inputs())
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, "in get_inputs()") from exc
+
+    # -- generate ----------------------------------------------------------------------
+    def op_generate(self, command: dict) -> None:
+        torch.manual_seed(command["init_seed"])
+        try:
+            init_inputs = list(self.module.get_init_inputs())
+        except BaseException as exc:  # noqa: BLE001
+            raise classify(exc, "in get_init_inputs()") from exc
+        trials = [self._inputs(seed) for seed in command["trial_seeds"]]
+        pool = [self._inputs(seed) for seed in command["pool_seeds"]]
+        self._construct("Model", init_inputs, command["init_seed"])
+        trial_outputs = [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
+                         for i, a in enumerate(trials)]
+        tolerances = correctness.tolerance_table(command.get("atol"), command.get("rtol"))
+        self.perturbed = self._perturb_degenerate(trials, trial_outputs, tolerances)
+        truths, truth_skipped = reference_checks.float64_truth(
+            self.model, trials, lambda model, args: self._call(args, "in Model.forward (float64)", model),
+            lambda args: to_device(args, self.device))
+        pool_outputs = [self._call(to_device(clone_args(a), self.device), "in Model.forward (timing inputs)")
+                        for a in pool]
+        shape_inputs, shape_outputs, self.shape_info = self._shape_trial(command.get("shape_seeds") or [],
+                                                                         command.get("shape_max_bytes", 0))
+        self.init_inputs, self.trial_inputs, self.pool_inputs, self.shape_inputs = init_inputs, trials, pool, \
+            shape_inputs
+        self.ref_trials = [self._kept(o) for o in trial_outputs]
+        self.truths = [self._kept(o) for o in truths or []]
+        self.ref_pool = [self._kept(o) for o in pool_outputs]
+        self.ref_shape = [self._kept(o) for o in shape_outputs]
+        self.pool = [to_device(a, self.device) for a in pool]
+        self.channel.send("done", op="generate", shape_trial=self.shape_info, perturbed_trials=self.perturbed,
+                          truth_skipped=truth_skipped, tampered=self.integrity.changed(),
+                          output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
+                          input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs]))
+
+    def _candidate_reply_bytes(self) -> int:
+        """The size of an honest candidate's run reply: its outputs and the inputs it sends back."""
+        return (_nbytes(self.ref_trials) + _nbytes(self.ref_shape)
+                + _nbytes_args(self.trial_inputs[:INPUT_CHECK_TRIALS]))
+
+    def _perturb_degenerate(self, trials: list, outputs: list[dict], tolerances: dict) -> list[int]:
+        """Scale/shift later trials' inputs when the outputs do not move between trials; returns
+        the trials changed (each kept only where the reference's output stays finite and moves)."""
+        if not reference_checks.all_degenerate(outputs, tolerances):
+            return []
+        changed = []
+        for index in range(1, len(trials)):
+            scale, shift = reference_checks.perturbation_for(index)
+            for option in ((scale, shift), (scale, 0.0)):
+                args = reference_checks.perturb(trials[index], *option)
+                try:
+                    out = self._call(to_device(clone_args(args), self.device), "in Model.forward (perturbed)")
+                except UserCodeError:
+                    continue
+                if reference_checks.finite_where(outputs[0], out) and reference_checks.outputs_move(
+                        outputs[0], out, tolerances):
+                    trials[index], outputs[index] = args, out
+                    changed.append(index)
+                    break
+        return changed
+
+    def _shape_trial(self, seeds: list[int], max_bytes: int) -> tuple[list, list, dict]:
+        """One trial on a doubled batch, if the reference accepts one (see shape_variant)."""
+        if len(seeds) != 2:
+            return [], [], {"skipped": "not requested"}
+        first, second = self._inputs(seeds[0]), self._inputs(seeds[1])
+        plans = wider_batch_plans(first, second)
+        if not plans:
+            return [], [], {"skipped": "get_inputs() returns no tensor whose first dimension can be doubled"}
+        size = input_bytes(plans[0].args)
+        if size > max_bytes:
+            return [], [], {"skipped": f"the doubled inputs would take {size} bytes, "
+                                       f"over the {max_bytes}-byte limit for this check"}
+        refused = []
+        for plan in plans:
+            try:
+                out = self._call(to_device(clone_args(plan.args), self.device), "in Model.forward (doubled batch)")
+            except UserCodeError as exc:
+                refused.append(f"doubling inputs {plan.widened}: {exc.message}")
+                continue
+            info = {"widened": plan.widened, "problem_shapes": input_shapes(first),
+                    "shapes": input_shapes(plan.args)}
+            return [plan.args], [out], info
+        return [], [], {"skipped": "the reference does not accept a doubled batch (" + "; ".join(refused) + ")"}
+
+    def op_inputs(self, command: dict) -> None:
+        self.channel.send("done", payload={"init_inputs": self.init_inputs, "trials": self.trial_inputs,
+                                           "pool": self.pool_inputs, "shape_trials": self.shape_inputs}, op="inputs")
+
+    # -- compare -----------------------------------------------------------------------
+    def _choose_run_reply(self, value: object) -> None:
+        if not isinstance(value, dict):
+            return
+        trials = value.get("trials")
+        if isinstance(trials, list):
+            for index, entry in enumerate(trials[:len(self.ref_trials)]):
+                if isinstance(entry, dict):
+                    _want_matching(entry.get("tensors"), self.ref_trials[index].tensors)
+                    _want_matching(entry.get("inputs_after"), self.trial_inputs[index])
+        shape = value.get("shape_trials")
+        if isinstance(shape, list) and shape and self.ref_shape and isinstance(shape[0], dict):
+            _want_matching(shape[0].get("tensors"), self.ref_shape[0].tensors)
+
+    def _on_device(self, outputs: Outputs) -> Outputs:
+        return Outputs(outputs.kind, [t if t.is_meta else t.to(self.device) for t in outputs.tensors])
+
+    def op_compare(self, command: dict) -> None:
+        atol, rtol = command.get("atol"), command.get("rtol")
+        try:
+            value = self.channel.read_payload(command, self._choose_run_reply)
+            entries = value["trials"]
+            if not isinstance(entries, list) or len(entries) != len(self.ref_trials):
+                raise MalformedOutputs(f"{len(entries) if isinstance(entries, list) else 'no'} trial outputs, "
+                                      f"expected {len(self.ref_trials)}")
+            cand_trials = [self._on_device(correctness.parse_outputs(e)) for e in entries]
+        except (MalformedOutputs, WireError, KeyError, TypeError) as exc:
+            self.channel.send("done", op="compare", invalid=f"the candidate's outputs could not be read: {exc}")
+            return
+        report = self._correctness(cand_trials, atol, rtol)
+        # Compared where the candidate's copies are: on the CPU (a reference may draw inputs on the GPU).
+        report.inputs = check_inputs([[a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+                                      for args in self.trial_inputs[:INPUT_CHECK_TRIALS]], entries)
+        if report.passed:
+            report.shape_trial = self._shape_report(value.get("shape_trials"), command, atol, rtol)
+        # Perturbed trials are news only where the discrimination check did not already use them.
+        discriminated = report.degenerate_reference and all(t.passed for t in report.trials)
+        self.channel.send("done", op="compare", report=report.model_dump(),
+                          perturbed_trials=[] if discriminated else self.perturbed)
+
+    def _correctness(self, cand_trials: list[Outputs], atol: float | None, rtol: float | None) -> CorrectnessReport:
+        ref_trials = self.ref_trials
+        truths = self.truths if len(self.truths) == len(ref_trials) else [None] * len(ref_trials)
+        results = [correctness.compare_with_truth(i, r, c, t, atol, rtol)
+                   for i, (r, c, t) in enumerate(zip(ref_trials, cand_trials, truths, strict=True))]
+        used_atol, used_rtol = correctness.tolerances_used(ref_trials[0], atol, rtol)
+        passed = all(r.passed for r in results)
+        report = CorrectnessReport(passed=passed, atol=used_atol, rtol=used_rtol, trials=results,
+                                   degenerate_reference=correctness.reference_is_degenerate(ref_trials, atol, rtol))
+        if report.degenerate_reference and passed:
+            report.discrimination = discriminate(ref_trials, cand_trials, bool(self.perturbed),
+                                                 self.truths if len(self.truths) == len(ref_trials) else None)
+            report.passed = report.discrimination.passed
+        if passed and self.truths:
+            report.precision = precision_check(ref_trials, cand_trials, self.truths)
+        return report
+
+    def _shape_report(self, entries: object, command: dict, atol: float | None, rtol: float | None) -> ShapeTrialReport:
+        info = self.shape_info
+        if not command.get("shape_check", True):
+            return ShapeTrialReport(ran=False, message=f"switched off ({command.get('shape_rule')} is disabled "
+                                                       "for this job)")
+        if not self.ref_shape:
+            return ShapeTrialReport(ran=False, message=f"skipped: {info.get('skipped', 'no doubled-batch inputs')}")
+        report = ShapeTrialReport(ran=True, problem_shapes=info.get("problem_shapes") or [],
+                                  shapes=info.get("shapes") or [])
+        entry = entries[0] if isinstance(entries, list) and entries else None
+        if isinstance(entry, dict) and entry.get("kind") == "error":
+            report.passed = False
+            report.message = f"forward failed on the doubled batch: {str(entry.get('message'))[:500]}"
+            return report
+        try:
+            cand = self._on_device(correctness.parse_outputs(entry))
+        except MalformedOutputs as exc:
+            report.passed = False
+            report.message = f"no valid output for the doubled batch: {exc}"
+            return report
+        report.result = correctness.compare(0, self.ref_shape[0], cand, atol, rtol)
+        report.passed = report.result.passed
+        report.message = report.result.message
+        return report
+
+    # -- the torch.compile baseline ----------------------------------------------------------
+    def op_compile(self, command: dict) -> None:
+        if self.compiles == 0 and self.ref_trials:
+            self.compiles += 1
+            expected = self.ref_trials[0]
+
+            def matches(stored: dict) -> str | None:
+                result = correctness.compare(0, expected, self._kept(stored), command.get("atol"),
+                                             command.get("rtol"))
+                return None if result.passed else (result.message or "outputs differ")
+
+            outcome = compile_reference(self.model, self.trial_inputs[0], self.device, self._sync, matches)
+            self.compiled_model = outcome.model
+            self.compile_reason, self.compile_s = outcome.reason, outcome.compile_s
+        elif not self.ref_trials:
+            self.compile_reason, self.compile_s = "the reference has not run yet", 0.0
+        self.channel.send("done", op="compile", ok=self.compiled_model is not None, reason=self.compile_reason,
+                          compile_s=self.compile_s, compiles=self.compiles)
+
+    def op_time(self, command: dict) -> None:
+        if command.get("compiled"):
+            if self.compiled_model is None:
+                raise UserCodeError("protocol", "no compiled reference to time")
+            self._send_timing(self.compiled_model, command)
+        else:
+            self._send_timing(self.model, command)
+
+    # -- timed outputs -----------------------------------------------------------------
+    def op_check_timed(self, command: dict) -> None:
+        def choose(value: object) -> None:
+            pool = value.get("pool") if isinstance(value, dict) else None
+            if isinstance(pool, dict):
+                for slot, expected in enumerate(self.ref_pool):
+                    entry = pool.get(str(slot))
+                    if isinstance(entry, dict):
+                        _want_matching(entry.get("tensors"), expected.tensors)
+
+        message = None
+        try:
+            pool = self.channel.read_payload(command, choose)["pool"]
+            for slot, expected in enumerate(self.ref_pool):
+                if str(slot) not in pool:
+                    continue
+                result = correctness.compare(slot, expected, self._on_device(correctness.parse_outputs(pool[str(slot)])),
+                                             command.get("atol"), command.get("rtol"))
+                if not result.passed:
+                    message = f"timed run, input set {slot}: {result.message}"
+                    break
+        except (MalformedOutputs, WireError, KeyError, TypeError) as exc:
+            message = f"timed run: {exc}"
+        self.channel.send("done", op="check_timed", ok=message is None, message=message)
+
+
+def _nbytes(outputs: list[Outputs]) -> int:
+    return sum(t.numel() * t.element_size() for o in outputs for t in o.tensors)
+
+
+def _nbytes_args(value: object) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes_args(v) for v in value)
+    return 0

@@ -1,0 +1,109 @@
+"""Record what one forward call ran: every GPU kernel (name, stream, GPU time) with the ATen
+operator that launched it, or on CPU every Triton or Numba launch and ATen operator (host time).
+
+Runs inside the candidate's sandbox; the supervisor labels the records (worker/engine/attribution.py).
+The profiler and the CPU launch hooks (Triton's interpreter, Numba's CUDA simulator) are bound
+before user code loads. The events sent back are raw and compact: labelling them is the
+supervisor's job.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import torch
+import torch.autograd.profiler
+from torch.profiler import record_function
+
+from . import numba_simulator
+
+# The profiler under torch.profiler.profile: that wrapper's start looks up torch._inductor, which
+# imports Inductor (~2 s on CPU, per runner); this one records the same Kineto events without it.
+_profile = torch.autograd.profiler.profile
+_record_function = record_function
+_perf_counter_ns = time.perf_counter_ns
+
+# Labels carry a nonce drawn at import, so user code cannot open a range that passes for ours.
+_NONCE = secrets.token_hex(6)
+FORWARD_LABEL = f"kj_forward_{_NONCE}"
+# On CPU each launch of a candidate's kernel (Triton or Numba) runs inside a range named this + its name.
+LAUNCH_PREFIX = f"kj_launch_{_NONCE}::"
+MAX_EVENTS = 20000
+
+
+def launch_range(kernel_name: str):
+    """The profiler range one CPU kernel launch runs in (read back by worker/engine/attribution.py)."""
+    return _record_function(LAUNCH_PREFIX + kernel_name)
+
+
+def install_cpu_launch_hooks() -> None:
+    """On CPU nothing else marks where a kernel ran: wrap each launch of a Triton kernel (under
+    TRITON_INTERPRET) and of a Numba kernel (under Numba's CUDA simulator) in a named range."""
+    _install_triton_interpreter_hook()
+    numba_simulator.install(launch_range)
+
+
+
+def _install_triton_interpreter_hook() -> None:
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return
+    original = InterpretedFunction.run
+
+    def run(self, *args, **kwargs):
+        with launch_range(getattr(self.fn, "__name__", "kernel")):
+            return original(self, *args, **kwargs)
+
+    InterpretedFunction.run = run
+
+
+def _profiler(device: torch.device):
+    """CPU operators always; the device's kernels (CUPTI) on a GPU."""
+    return _profile(use_cpu=True, use_device="cuda" if device.type == "cuda" else None, use_kineto=True)
+
+
+def warm_profiler(device: torch.device) -> None:
+    """Start and stop the profiler once, before the runner says ready: the first start on a GPU
+    sets up CUPTI, which the job's trace would otherwise pay."""
+    with _profiler(device):
+        pass
+
+
+def trace_forward(model, args: list, device: torch.device) -> dict:
+    """Run `model(*args)` once under the profiler and return its raw events.
+
+    On GPU a one-element marker kernel runs on the current stream just before and after the
+    call (outside the forward's range): its stream is the timed stream, and the end marker's
+    start tells which kernels were still running when forward returned."""
+    marker = torch.zeros(1, device=device) if device.type == "cuda" else None
+    with torch.no_grad(), _profiler(device) as prof:
+        if marker is not None:
+            marker.add_(1)
+        with _record_function(FORWARD_LABEL):
+            model(*args)
+        if marker is not None:
+            marker.add_(1)
+            torch.cuda.synchronize(device)
+    return _raw_events(prof)
+
+
+def _raw_events(prof) -> dict:
+    """CPU-side frontend events (ATen operators and labelled ranges, each with its correlation id)
+    and device activities (each linked to the frontend event that was open when it launched)."""
+    cpu, kernels = [], []
+    for event in prof.kineto_results.events():
+        name = event.name()
+        span = [event.start_ns(), event.start_ns() + event.duration_ns()]
+        if event.device_type() == torch.autograd.DeviceType.CUDA:
+            kind = "memory" if name.startswith(("Memcpy", "Memset")) else "kernel"
+            kernels.append({"name": name[:300], "kind": kind, "stream": int(event.device_resource_id()),
+                            "span": span, "linked": int(event.linked_correlation_id())})
+        elif event.linked_correlation_id() == 0 and (
+                name.startswith("aten::") or name == FORWARD_LABEL or name.startswith(LAUNCH_PREFIX)):
+            cpu.append({"name": name[:300], "corr": int(event.correlation_id()), "span": span,
+                        "tid": int(event.start_thread_id())})
+    truncated = len(cpu) + len(kernels) > MAX_EVENTS
+    return {"forward_label": FORWARD_LABEL, "launch_prefix": LAUNCH_PREFIX,
+            "cpu": cpu[:MAX_EVENTS], "kernels": kernels[:MAX_EVENTS], "truncated": truncated}

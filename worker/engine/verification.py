@@ -1,0 +1,167 @@
+"""Runtime verification: rules judged from what the supervisor observed while the
+candidate ran (its claims are cross-checked, never trusted alone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..models import InputCheckReport, PolicyConfig, PrecisionReport, RuleHit
+from .attribution import Attribution
+from .policy.registry import is_disabled
+
+SHAPE_RULE = "KJ-R09-shape-specialised"
+
+# A reported time below this share of an independent measurement, by more than the noise
+# measured in the same job (and at least the minimum gap), is flagged (KJ-R04).
+CLOCK_RATIO = 0.5
+CLOCK_MIN_GAP_MS = 0.05
+NOISE_SIGMAS = 3.0
+MAX_EVIDENCE_NAMES = 4
+
+
+@dataclass
+class Observations:
+    tampered: list[str] = field(default_factory=list)
+    timed_outputs_ok: bool = True
+    timed_outputs_message: str | None = None
+    candidate_device_median_ms: float | None = None
+    candidate_device_std_ms: float = 0.0
+    speedup: float | None = None
+    # Kernel attribution of one forward call (None: not measured).
+    attribution: Attribution | None = None
+    # Whether the candidate must launch kernels of its own (not for an explicit `pytorch` backend).
+    own_kernels_required: bool = True
+    profile: str = "partial"
+    precision: PrecisionReport | None = None
+    inputs: InputCheckReport | None = None
+    min_bytes: int | None = None
+    peak_bandwidth_gbps: float = 0.0
+    # Why the doubled-batch trial failed (None: passed, skipped or not run).
+    shape_trial_failure: str | None = None
+    device: str = "cpu"
+
+
+def _names(names: list[str]) -> str:
+    more = f" and {len(names) - MAX_EVIDENCE_NAMES} more" if len(names) > MAX_EVIDENCE_NAMES else ""
+    return ", ".join(names[:MAX_EVIDENCE_NAMES]) + more
+
+
+def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
+    hits: list[RuleHit] = []
+    if obs.tampered:
+        hits.append(RuleHit(
+            rule="KJ-R01-tampered-harness", severity="reject",
+            message="the candidate rebound functions the evaluation relies on (timers, sync, comparison)",
+            evidence=", ".join(sorted(set(obs.tampered))),
+        ))
+    if not obs.timed_outputs_ok:
+        hits.append(RuleHit(
+            rule="KJ-R02-timed-outputs-wrong", severity="reject",
+            message="outputs produced during timing do not match the reference for the same inputs "
+                    "(cached or replayed results, or behaviour that changes once timing starts)",
+            evidence=obs.timed_outputs_message,
+        ))
+    hits.extend(_stream_and_clock_rules(obs))
+    if obs.speedup is not None and obs.speedup > policy.max_speedup:
+        hits.append(RuleHit(
+            rule="KJ-R05-implausible-speedup", severity="flag",
+            message=f"speedup {obs.speedup:.1f}x is above the configured ceiling {policy.max_speedup:g}x",
+        ))
+    dev = obs.candidate_device_median_ms
+    if obs.min_bytes and obs.peak_bandwidth_gbps > 0 and dev is not None and obs.device == "cuda":
+        floor_ms = obs.min_bytes / (obs.peak_bandwidth_gbps * 1e9) * 1e3
+        if dev < 0.8 * floor_ms:
+            hits.append(RuleHit(
+                rule="KJ-R06-beyond-roofline", severity="flag",
+                message="the candidate ran faster than moving its inputs and outputs once allows",
+                evidence=f"{dev:.4f} ms < floor {floor_ms:.4f} ms for {obs.min_bytes} bytes "
+                         f"at {obs.peak_bandwidth_gbps:g} GB/s",
+            ))
+    hits.extend(_attribution_rules(obs))
+    hits.extend(_numeric_rules(obs))
+    if obs.shape_trial_failure:
+        hits.append(RuleHit(
+            rule=SHAPE_RULE, severity="flag",
+            message="the candidate is correct on the problem's shapes but wrong on a doubled batch: it hard-codes "
+                    "the problem's shape (disable KJ-R09 to allow shape-specialised kernels)",
+            evidence=obs.shape_trial_failure,
+        ))
+    return [hit for hit in hits if not is_disabled(hit.rule, policy.disabled_rules)]
+
+
+def _stream_and_clock_rules(obs: Observations) -> list[RuleHit]:
+    if obs.device != "cuda":  # on CPU the host clock is the measurement itself
+        return []
+    hits = []
+    attribution = obs.attribution
+    if attribution and attribution.report.escaped_kernels:
+        hits.append(RuleHit(
+            rule="KJ-R03-work-outside-timed-stream", severity="flag",
+            message="kernels on another stream were still running when forward returned: that work "
+                    "escapes the timer (join side streams back with current_stream().wait_stream)",
+            evidence=f"still running after forward: {_names(attribution.report.escaped_kernels)}",
+        ))
+    # The reported (event-timed) median against the GPU time the profiler saw the forward's kernels
+    # take: both are device clocks, so CPU load and other jobs on the host do not move the check.
+    # (An outside wall clock was tried too: under concurrent jobs it flagged honest kernels.)
+    dev, noise = obs.candidate_device_median_ms, NOISE_SIGMAS * obs.candidate_device_std_ms
+    if attribution and dev is not None and attribution.forward_gpu_ms > 0:
+        gpu = attribution.forward_gpu_ms
+        if dev < CLOCK_RATIO * gpu and gpu - dev > max(CLOCK_MIN_GAP_MS, noise):
+            hits.append(RuleHit(
+                rule="KJ-R04-timing-disagrees-with-wall-clock", severity="flag",
+                message="the candidate's reported time is far below the GPU time its kernels took",
+                evidence=f"reported median {dev:.4f} ms, kernels busy {gpu:.4f} ms in a traced call",
+            ))
+    return hits
+
+
+def _attribution_rules(obs: Observations) -> list[RuleHit]:
+    attribution = obs.attribution
+    if attribution is None or not obs.own_kernels_required:
+        return []
+    report = attribution.report
+    hits = []
+    if not report.own_kernels:
+        unlaunched = f"; defined but never launched: {_names(report.own_kernels_not_launched)}" \
+            if report.own_kernels_not_launched else ""
+        ran = _names([k.name for k in attribution.library_records]) or "none"
+        hits.append(RuleHit(
+            rule="KJ-R10-no-own-kernel", severity="reject",
+            message="forward launched no kernel of the candidate's own: PyTorch or a library did all the work",
+            evidence=f"kernels that ran: {ran}{unlaunched}",
+        ))
+    elif obs.profile == "full" and attribution.library_records:
+        hits.append(RuleHit(
+            rule="KJ-R11-library-compute", severity="reject",
+            message="under the `full` profile every compute kernel must be the candidate's own; PyTorch "
+                    "or a vendor library computed part of the output (allocation, views and copies are fine)",
+            evidence=_names([f"{k.name} [{k.op or 'no ATen op'}] {k.ms:.3f} ms ({k.share:.0%})"
+                             for k in attribution.library_records]),
+        ))
+    return hits
+
+
+def _numeric_rules(obs: Observations) -> list[RuleHit]:
+    hits = []
+    if obs.precision and obs.precision.checked and obs.precision.passed is False:
+        hits.append(RuleHit(
+            rule="KJ-R12-precision-loss", severity="flag",
+            message="the candidate's error against a float64 run is far above the reference's own error: "
+                    "it computes in lower precision than the problem asks for",
+            evidence=f"RMS error vs float64: candidate {obs.precision.candidate_error:.3g}, reference "
+                     f"{obs.precision.reference_error:.3g} ({obs.precision.ratio:g}x)",
+        ))
+    if obs.inputs and obs.inputs.mutated:
+        hits.append(RuleHit(
+            rule="KJ-R13-input-mutated", severity="flag",
+            message="forward changed its inputs; outputs must not depend on clobbering them",
+            evidence=_names(obs.inputs.mutated),
+        ))
+    if obs.inputs and obs.inputs.aliased:
+        hits.append(RuleHit(
+            rule="KJ-R14-output-aliases-input", severity="flag",
+            message="forward returned an input's memory as its output",
+            evidence=_names(obs.inputs.aliased),
+        ))
+    return hits

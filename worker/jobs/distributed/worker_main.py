@@ -1,0 +1,46 @@
+"""Entry point of one Celery worker process (started by `kerneljudge worker`, one per GPU).
+
+Runs `celery worker` with a thread pool sized to the pipeline's lane (jobs on the device plus
+jobs built ahead), pinned by the CUDA_VISIBLE_DEVICES its parent set. The pipeline
+(worker/jobs/pipeline.py) lives in this process; the task threads only wait for their jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker.jobs.distributed.worker_main")
+    parser.add_argument("--node-name", required=True)
+    parser.add_argument("--loglevel", default="INFO")
+    args = parser.parse_args(argv)
+    if os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
+        # Fail at start, not on every job, when this host cannot run the sandbox.
+        from worker.engine.sandbox.selfcheck import require_working_sandbox
+        from worker.engine.settings import EngineSettings
+
+        pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        gpu = int(pinned) if pinned.isdigit() else None
+        require_working_sandbox(use_gpu=gpu is not None, gpu_index=gpu,
+                                isolate_network=EngineSettings.from_env().isolate_network)
+    # Imported after parsing so that KERNELJUDGE_BROKER_URL (set by the parent) is in effect.
+    from worker.jobs.pipeline import PipelineConfig
+
+    from . import tasks  # noqa: F401  (registers the task)
+    from .celery_app import QUEUE_NAME, celery_app
+
+    # One task thread per job the lane holds; with prefetch multiplier 1 the broker hands this
+    # process no more messages than that, so unclaimed jobs stay in the queue for other hosts.
+    capacity = PipelineConfig.from_env().capacity
+    celery_app.worker_main([
+        "worker", "--pool", "threads", "--concurrency", str(capacity),
+        "--queues", QUEUE_NAME, "--hostname", args.node_name, "--loglevel", args.loglevel,
+        "--without-gossip", "--without-mingle",
+    ])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,305 @@
+"""The job pipeline: builds on a CPU pool ahead of the device, several jobs per GPU, timing alone.
+
+    claim ──> prepare (CPU threads: validate, policy, CUDA build) ──> ready (priority order)
+          ──> device threads (per GPU: reference, candidate, compare shared; timing exclusive)
+          ──> result in the store
+
+Each device has a `DeviceLane`. A lane admits at most `capacity` jobs at once
+(`device_concurrency` on the device plus `prepare_ahead` being prepared or waiting), so the
+node never claims or builds far more than its devices consume: a caller waits for room in
+`admit()` before it claims a job. The prepare threads are shared by the lanes of a process;
+heavy CUDA builds are further limited by the build pool (worker/engine/cuda_build/pool.py).
+
+Both executors feed lanes through `admit()`: the embedded workers (app/executors.py) claim the
+next queued job from the store, the Celery task (worker/jobs/distributed/tasks.py) claims the job
+its message names. Every stage is visible in the store (`building`, `built_at`, `running`),
+and a job in any stage when the process dies is requeued by JobStore's recovery.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from worker.engine.cuda_build.pool import build_slots
+from worker.jobs.gpu_schedule import GpuSchedule
+from worker.jobs.store import Job, JobStore
+from worker.jobs.store.runner import (
+    EngineCalls,
+    ReadyJob,
+    WorkerIdentity,
+    engine_settings_for,
+    execute_ready,
+    prepare_claimed,
+    real_engine,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEVICE_CONCURRENCY = 2
+RELEASED_ON_STOP = "returned to the queue: its worker stopped before the job reached the device"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return max(1, int(value)) if value not in (None, "") else default
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    device_concurrency: int = DEFAULT_DEVICE_CONCURRENCY  # jobs in device stages at once per device
+    prepare_ahead: int = 2  # jobs per device being prepared or prepared and waiting
+    prepare_threads: int = 3  # prepare (validate + build) threads per process
+
+    @property
+    def capacity(self) -> int:
+        """Jobs one device lane holds at once (claimed and not finished)."""
+        return self.device_concurrency + self.prepare_ahead
+
+    @classmethod
+    def from_env(cls) -> PipelineConfig:
+        """KERNELJUDGE_DEVICE_CONCURRENCY, KERNELJUDGE_PREPARE_AHEAD, KERNELJUDGE_PREPARE_THREADS.
+
+        By default a device runs 2 jobs' correctness stages at once, and enough jobs are prepared
+        ahead to keep every build slot of the node busy for it. Prepare threads outnumber build
+        slots so that a Triton candidate's prepare (milliseconds) never waits behind CUDA builds.
+        """
+        concurrency = _env_int("KERNELJUDGE_DEVICE_CONCURRENCY", DEFAULT_DEVICE_CONCURRENCY)
+        slots = build_slots()
+        return cls(device_concurrency=concurrency,
+                   prepare_ahead=_env_int("KERNELJUDGE_PREPARE_AHEAD", max(concurrency, slots)),
+                   prepare_threads=_env_int("KERNELJUDGE_PREPARE_THREADS", slots + 2))
+
+
+@dataclass(frozen=True)
+class LaneState:
+    admitted: int  # claimed and not finished
+    preparing: int
+    ready: int  # prepared, waiting for a device thread
+    executing: int
+    waiting_for_room: int  # callers blocked in admit()
+
+
+@dataclass
+class _Ticket:
+    job: Job
+    future: Future
+    ready: ReadyJob | None = None
+
+
+class DeviceLane:
+    """One device's part of the pipeline: admission, prepared jobs, and its device threads."""
+
+    def __init__(self, pipeline: JobPipeline, identity: WorkerIdentity):
+        self.pipeline = pipeline
+        self.identity = identity
+        self.capacity = pipeline.config.capacity
+        self.schedule = GpuSchedule(identity.name, pipeline.config.device_concurrency)
+        self.settings = pipeline.settings_factory(identity, self.schedule)
+        self._cond = threading.Condition()
+        self._admitted = self._preparing = self._executing = self._waiting = 0
+        self._ready: list[tuple[int, float, int, _Ticket]] = []
+        self._order = itertools.count()
+        self._threads: list[threading.Thread] = []
+
+    # ---- admission ------------------------------------------------------------------------
+
+    def admit(self, claim: Callable[[], Job | None], timeout: float | None = None) -> Future | None:
+        """Wait for room (or `timeout`), then claim a job with `claim` and start it.
+
+        Returns a future of the job's final record (None if this attempt lost the job), or None
+        when nothing was claimed (no room in time, no job, or the pipeline is stopping).
+        """
+        with self._cond:
+            self._waiting += 1
+            self._cond.notify_all()
+            roomy = self._cond.wait_for(lambda: self.pipeline.stopping or self._admitted < self.capacity, timeout)
+            self._waiting -= 1
+            if not roomy or self.pipeline.stopping:
+                self._cond.notify_all()
+                return None
+            self._admitted += 1
+            self._cond.notify_all()
+        try:
+            job = claim()
+        except BaseException:
+            self._leave()
+            raise
+        if job is None:
+            self._leave()
+            return None
+        ticket = _Ticket(job=job, future=Future())
+        with self._cond:
+            self._preparing += 1
+            self._cond.notify_all()
+        try:
+            self.pipeline.prepare_pool.submit(self._prepare, ticket)
+        except RuntimeError:  # the pool shut down between the check above and now
+            with self._cond:
+                self._preparing -= 1
+            self.pipeline.release_unrun(job)
+            self._complete(ticket, None)
+        return ticket.future
+
+    def state(self) -> LaneState:
+        with self._cond:
+            return self._state()
+
+    def _state(self) -> LaneState:
+        return LaneState(self._admitted, self._preparing, len(self._ready), self._executing, self._waiting)
+
+    def wait_until(self, predicate: Callable[[LaneState], bool], timeout: float | None = None) -> bool:
+        """Block until `predicate(state)` holds (re-checked at every change); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self._state()), timeout)
+
+    def _leave(self) -> None:
+        with self._cond:
+            self._admitted -= 1
+            self._cond.notify_all()
+
+    # ---- stages ---------------------------------------------------------------------------
+
+    def _prepare(self, ticket: _Ticket) -> None:
+        job = ticket.job
+        if self.pipeline.stopping:
+            with self._cond:
+                self._preparing -= 1
+            self.pipeline.release_unrun(job)
+            self._complete(ticket, None)
+            return
+        try:
+            outcome = prepare_claimed(self.pipeline.store, job, self.identity, self.settings, self.pipeline.engine)
+        except Exception:  # the store failed us; the engine's own crashes are recorded by the runner
+            log.exception("%s could not prepare job %s", self.identity.name, job.id)
+            outcome = self.pipeline.fail_safely(job, "the worker failed while preparing this job; see its log")
+        with self._cond:
+            self._preparing -= 1
+            if isinstance(outcome, ReadyJob) and not self.pipeline.stopping:
+                ticket.ready = outcome
+                key = (-job.priority, job.created_at, next(self._order), ticket)
+                heapq.heappush(self._ready, key)
+                self._cond.notify_all()
+                return
+            self._cond.notify_all()
+        if isinstance(outcome, ReadyJob):  # stopping: the job goes back to the queue, unrun
+            self.pipeline.release_unrun(outcome.job, outcome)
+            outcome = None
+        self._complete(ticket, outcome)
+
+    def _device_loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self.pipeline.stopping or self._ready)
+                if self.pipeline.stopping:
+                    return
+                ticket = heapq.heappop(self._ready)[3]
+                self._executing += 1
+                self._cond.notify_all()
+            final = None
+            try:
+                assert ticket.ready is not None
+                final = execute_ready(self.pipeline.store, ticket.ready, self.settings, self.pipeline.engine,
+                                      self.schedule.lease())
+            except Exception:
+                log.exception("%s could not record job %s", self.identity.name, ticket.job.id)
+                final = self.pipeline.fail_safely(ticket.job, "the worker failed to record this job's outcome; "
+                                                              "see the server log")
+            finally:
+                with self._cond:
+                    self._executing -= 1
+                    self._cond.notify_all()
+                self._complete(ticket, final)
+
+    def _complete(self, ticket: _Ticket, final: Job | None) -> None:
+        self._leave()
+        ticket.future.set_result(final)
+        if final is not None:
+            self.pipeline.finished(final)
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for slot in range(self.pipeline.config.device_concurrency):
+            thread = threading.Thread(target=self._device_loop, name=f"{self.identity.name}/device{slot}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def return_ready_jobs(self) -> None:
+        """Prepared jobs that no device thread took go back to the queue, unrun (at stop)."""
+        with self._cond:
+            waiting = [entry[3] for entry in self._ready]
+            self._ready.clear()
+            self._cond.notify_all()
+        for ticket in waiting:
+            self.pipeline.release_unrun(ticket.job, ticket.ready)
+            self._complete(ticket, None)
+
+    def join(self, timeout_s: float) -> None:
+        for thread in self._threads:
+            thread.join(timeout_s)  # a thread mid-job is abandoned; its job is requeued next start
+
+
+class JobPipeline:
+    """Device lanes of one process, with the prepare threads they share."""
+
+    def __init__(self, store: JobStore, identities: list[WorkerIdentity], config: PipelineConfig | None = None,
+                 *, engine: EngineCalls | None = None, on_finished: Callable[[Job], None] | None = None,
+                 settings_factory: Callable = engine_settings_for):
+        self.store = store
+        self.config = config or PipelineConfig.from_env()
+        self.engine = engine or real_engine()
+        self.on_finished = on_finished
+        self.settings_factory = settings_factory
+        self.stopping = False
+        self.prepare_pool = ThreadPoolExecutor(self.config.prepare_threads, thread_name_prefix="kj-prepare")
+        self.lanes = [DeviceLane(self, identity) for identity in identities]
+
+    def start(self) -> None:
+        for lane in self.lanes:
+            lane.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop taking jobs; prepared jobs not yet on a device go back to the queue, unrun."""
+        self.stopping = True
+        for lane in self.lanes:
+            lane.wake()
+            lane.return_ready_jobs()
+        self.prepare_pool.shutdown(wait=False, cancel_futures=False)
+        for lane in self.lanes:
+            lane.join(timeout_s)
+
+    def release_unrun(self, job: Job, ready: ReadyJob | None = None) -> None:
+        if ready is not None:
+            ready.discard()
+        try:
+            self.store.release(job.id, job.attempts, RELEASED_ON_STOP)
+        except Exception:  # the next start's recovery requeues it instead
+            log.exception("could not return job %s to the queue", job.id)
+
+    def fail_safely(self, job: Job, reason: str) -> Job | None:
+        try:
+            if self.store.fail(job.id, reason, attempt=job.attempts):
+                return self.store.get(job.id)
+        except Exception:
+            log.exception("could not mark job %s failed", job.id)
+        return None
+
+    def finished(self, job: Job) -> None:
+        if self.on_finished is None:
+            return
+        try:
+            self.on_finished(job)
+        except Exception:
+            log.exception("finish hook failed for job %s", job.id)
