@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.jobs.gpu_schedule import GpuSchedule
+from worker.engine.gpu_schedule import GpuSchedule
 
 
 def test_exclusive_is_reentrant_in_the_holding_thread():
@@ -24,3 +24,20 @@ def test_a_lease_holds_shared_for_correctness_exclusive_for_timing_and_nothing_a
         assert (state.shared, state.exclusive) == (shared, exclusive), stage
     lease.release()
     assert schedule.state().shared == 0
+
+
+def test_after_the_alone_stage_every_device_stage_holds_the_device_exclusively():
+    schedule = GpuSchedule("gpu0", sharers=2)
+    lease, other = schedule.lease(), schedule.lease()
+    lease.enter("compare")
+    other.enter("compare")
+    assert schedule.state().shared == 2
+    other.release()  # the other job leaves its shared stage; only then can this one have the device alone
+    lease.enter("alone")
+    for stage in ("reference", "candidate", "compare", "timing"):
+        lease.enter(stage)
+        state = schedule.state()
+        assert (state.shared, state.exclusive) == (0, True), stage
+    lease.enter("reward")
+    assert not schedule.state().exclusive
+    lease.release()

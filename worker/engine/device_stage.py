@@ -10,6 +10,7 @@ sides never overlap.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
@@ -24,6 +25,7 @@ from ..models import (
 )
 from . import build, compile_baseline, timing_stats
 from .attribution import Attribution, attribute
+from .gpu_schedule import ALONE_STAGE
 from .judge import Comparison, JudgeSession
 from .kernel_names import own_kernel_names
 from .launch import UserFailure
@@ -73,8 +75,31 @@ class DeviceStage:
         self._attribution: Attribution | None = None
         self._shape_failure: str | None = None
         self._judge_healthy = True
+        self._out_of_memory: str | None = None  # the first device-memory failure of this pass
 
     def run(self) -> EvalResult:
+        """One pass over the device stages; a second, alone on the device, when the first ran out of
+        device memory while other jobs shared it (their memory, not the candidate's, may be the cause)."""
+        before = copy.deepcopy(self.builder)
+        result = self._run_once()
+        if self._out_of_memory is None or not self._device_shared():
+            return result
+        first = self._out_of_memory
+        self.builder = self.prepared.builder = before
+        self._attribution, self._shape_failure, self._judge_healthy, self._out_of_memory = None, None, True, None
+        self.builder.extra["retried_alone"] = f"the first pass ran out of device memory beside other jobs: {first}"
+        notify(self.on_stage, ALONE_STAGE)
+        return self._run_once()
+
+    def _device_shared(self) -> bool:
+        schedule = self.settings.gpu_schedule
+        return schedule is not None and schedule.sharers > 1
+
+    def _note_memory(self, failure: UserFailure) -> None:
+        if failure.kind == "out_of_memory" and self._out_of_memory is None:
+            self._out_of_memory = failure.message[:500]
+
+    def _run_once(self) -> EvalResult:
         notify(self.on_stage, "reference")
         with self.builder.stage("reference"):
             entry = self._reference()
@@ -106,6 +131,7 @@ class DeviceStage:
             return self._with_runner(entry, runner)
         except _JudgeFailure as wrapped:
             self._judge_healthy = False
+            self._note_memory(wrapped.failure)
             log.warning("judge failed while %s: %s", wrapped.during, wrapped.failure.message)
             return self.builder.fail(
                 EvalStatus.sandbox_error, "judge_failed",
@@ -131,6 +157,7 @@ class DeviceStage:
                             shape_max_bytes=self.settings.shape_trial_max_bytes)
             except UserFailure as failure:
                 judge.close()
+                self._note_memory(failure)
                 return self.builder.reference_failure(failure)
             except BaseException:
                 judge.close()
@@ -169,6 +196,7 @@ class DeviceStage:
                 done = session.request("run", deadline, forward=inputs, init_seed=entry.seeds["init_seed"],
                                        poison_bytes=2 * generated.output_bytes)
             except UserFailure as failure:
+                self._note_memory(failure)
                 return self.builder.candidate_failure(failure, during="run")
         self.builder.compiled = True
         tampered = list(done.get("tampered") or [])
@@ -192,6 +220,7 @@ class DeviceStage:
             try:
                 traced = session.request("trace", deadline)
             except UserFailure as failure:
+                self._note_memory(failure)
                 return self.builder.candidate_failure(failure, during="kernel trace")
             self._attribution = attribute(traced.get("events") or {},
                                           own_kernel_names(self.prepared.request.candidate), opts.device.value)

@@ -30,6 +30,7 @@ CANDIDATE_STATUS = {
     "timeout": EvalStatus.timeout,
     "crashed": EvalStatus.runtime_error,
     "protocol": EvalStatus.runtime_error,
+    "out_of_memory": EvalStatus.runtime_error,
 }
 HINTS = {
     "compile_error": "fix the compiler errors shown in log_excerpt",
@@ -38,6 +39,7 @@ HINTS = {
     "timeout": "the candidate ran past its time limit and was killed with all its processes",
     "crashed": "the process died without reporting (os._exit, a signal, or running out of memory)",
     "protocol": "the candidate wrote to the evaluator's reply channel",
+    "out_of_memory": "it ran out of device memory with no other job's stage running beside it: allocate less",
 }
 
 

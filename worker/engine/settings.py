@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..jobs.gpu_schedule import GpuSchedule
+    from .gpu_schedule import GpuSchedule
 
 
 def _env_bool(name: str, default: bool) -> bool:

@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from worker.engine.cuda_build.pool import build_slots
-from worker.jobs.gpu_schedule import GpuSchedule
+from worker.engine.gpu_schedule import GpuSchedule
 from worker.jobs.store import Job, JobStore
 from worker.jobs.store.runner import (
     EngineCalls,

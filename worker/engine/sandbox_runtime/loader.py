@@ -44,6 +44,8 @@ def classify(exc: BaseException, during: str) -> UserCodeError:
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if _is_build_failure(exc):
         return UserCodeError("compile_error", f"build failed {during}: {str(exc)[:2000]}", detail)
+    if isinstance(exc, torch.OutOfMemoryError):  # torch.cuda.OutOfMemoryError is this class
+        return UserCodeError("out_of_memory", f"out of device memory {during}: {str(exc)[:2000]}", detail)
     return UserCodeError("runtime_error", f"{type(exc).__name__} {during}: {str(exc)[:2000]}", detail)
 
 

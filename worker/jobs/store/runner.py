@@ -22,7 +22,7 @@ from .jobs import JobStore
 from .records import Job, Problem
 
 if TYPE_CHECKING:
-    from worker.jobs.gpu_schedule import DeviceLease, GpuSchedule
+    from worker.engine.gpu_schedule import DeviceLease, GpuSchedule
 
 log = logging.getLogger(__name__)
 

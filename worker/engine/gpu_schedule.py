@@ -23,6 +23,9 @@ from dataclasses import dataclass
 # Stages after which a job no longer touches the device (the score is computed on the host).
 HOST_ONLY_STAGES = frozenset({"reward"})
 EXCLUSIVE_STAGES = frozenset({"timing"})
+# From this stage on, every device stage of the job holds the device exclusively: the engine runs a job
+# again alone when it ran out of device memory while sharing it (worker/engine/device_stage.py).
+ALONE_STAGE = "alone"
 
 
 @dataclass(frozen=True)
@@ -121,9 +124,11 @@ class DeviceLease:
     def __init__(self, schedule: GpuSchedule):
         self.schedule = schedule
         self.held: str | None = None  # None, "shared" or "exclusive"
+        self.alone = False  # since ALONE_STAGE: no device stage is shared any more
 
     def enter(self, stage: str) -> None:
-        if stage in EXCLUSIVE_STAGES:
+        self.alone = self.alone or stage == ALONE_STAGE
+        if stage in EXCLUSIVE_STAGES or (self.alone and stage not in HOST_ONLY_STAGES):
             self._hold("exclusive")
         elif stage in HOST_ONLY_STAGES:
             self._hold(None)

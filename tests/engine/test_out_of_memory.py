@@ -1,0 +1,48 @@
+"""Running out of device memory while other jobs share the device is not held against a candidate
+until it has run alone: the engine runs it once more holding the device exclusively."""
+
+from __future__ import annotations
+
+from tests.engine.conftest import SILU_REFERENCE, triton_candidate
+from worker.engine import evaluate
+from worker.engine.gpu_schedule import GpuSchedule
+from worker.models import EvalOptions, EvalRequest, EvalStatus
+
+# torch raises this class for a failed device allocation (torch.cuda.OutOfMemoryError is the same class).
+OUT_OF_MEMORY = triton_candidate('''
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+''')
+
+
+def _evaluate(settings, candidate: str, sharers: int):
+    settings.gpu_schedule = GpuSchedule("dev0", sharers=sharers)
+    lease = settings.gpu_schedule.lease()
+    stages: list[str] = []
+
+    def on_stage(stage: str) -> None:
+        stages.append(stage)
+        lease.enter(stage)
+
+    request = EvalRequest(reference=SILU_REFERENCE, candidate=candidate, options=EvalOptions(timing=False))
+    try:
+        return evaluate(request, settings=settings, on_stage=on_stage), stages
+    finally:
+        lease.release()
+
+
+def test_out_of_memory_beside_other_jobs_is_run_again_alone_before_it_counts(settings):
+    result, stages = _evaluate(settings, OUT_OF_MEMORY, sharers=2)
+    assert "alone" in stages and stages.index("alone") < len(stages) - 1
+    assert stages.count("reference") == 2  # the second pass went through every device stage again
+    # Alone it still runs out of memory: now that is the candidate's, with the first pass as evidence.
+    assert result.status == EvalStatus.runtime_error and result.error.kind == "out_of_memory"
+    assert "Tried to allocate 20.00 GiB" in result.error.message
+    assert "no other job's stage running beside it" in result.error.message
+    assert "beside other jobs" in result.extra["retried_alone"]
+
+
+def test_out_of_memory_on_an_unshared_device_is_the_candidates_at_once(settings):
+    result, stages = _evaluate(settings, OUT_OF_MEMORY, sharers=1)
+    assert "alone" not in stages and stages.count("reference") == 1
+    assert result.status == EvalStatus.runtime_error and result.error.kind == "out_of_memory"
+    assert "retried_alone" not in result.extra
