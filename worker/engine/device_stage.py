@@ -71,7 +71,10 @@ class DeviceStage:
         self.shape_check = not is_disabled(SHAPE_RULE, self.options.policy.disabled_rules)
         self.profile = self.options.policy.profile or "partial"
         self.cache = cache_for(settings)
-        # Learned along the way, used by the runtime rules.
+        self._begin_pass()
+
+    def _begin_pass(self) -> None:
+        # Learned along one pass over the device stages, used by the runtime rules.
         self._attribution: Attribution | None = None
         self._shape_failure: str | None = None
         self._judge_healthy = True
@@ -86,7 +89,7 @@ class DeviceStage:
             return result
         first = self._out_of_memory
         self.builder = self.prepared.builder = before
-        self._attribution, self._shape_failure, self._judge_healthy, self._out_of_memory = None, None, True, None
+        self._begin_pass()
         self.builder.extra["retried_alone"] = f"the first pass ran out of device memory beside other jobs: {first}"
         notify(self.on_stage, ALONE_STAGE)
         return self._run_once()
