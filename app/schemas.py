@@ -190,25 +190,18 @@ class ProblemBatchResponse(BaseModel):
 
 
 class RewardRequest(BaseModel):
-    """OpenRLHF remote reward body. `query` holds the completions (prompt + response or response)."""
+    """OpenRLHF remote reward body (read by kerneljudge/adapters/openrlhf.py, the contract shared with the
+    client's file mode). `query` holds the completions (prompt + response, or the response)."""
 
     model_config = ConfigDict(extra="ignore")
 
     query: list[str] = Field(max_length=4096)
     prompts: list[str] | None = Field(default=None, max_length=4096)
-    labels: list[str] | None = Field(
+    labels: list[Any] | None = Field(
         default=None, max_length=4096,
-        description="Per item: a problem_id (64 hex) or the reference source itself.")
-
-
-class RewardResponse(BaseModel):
-    rewards: list[float]
-    scores: list[float]
-    extra_logs: dict[str, list[float]] = Field(
-        description="Per item, numeric only (trainers turn these into tensors): correct, compiled, speedup, "
-                    "format, fallback (1.0 when the fallback reward was used).")
-    reasons: list[str | None] = Field(description="Why an item got the fallback reward (None when it did not).")
-    job_ids: list[str | None]
+        description="Per item: a problem_id (64 hex), the reference source itself, or "
+                    '{"reference": ...} / {"problem_id": ...} (also as a JSON string). An unusable label '
+                    "gives its item the fallback reward and a reason.")
 
 
 class Health(BaseModel):
