@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from worker.jobs.store import JobStatus
-from worker.models import MAX_SOURCE_BYTES, EvalOptions, EvalResult, PolicyProfile
+from kerneljudge.models import Job as JobView
+from worker.models import MAX_SOURCE_BYTES, EvalOptions, PolicyProfile
 
 PROBLEM_ID_PATTERN = r"^[0-9a-f]{64}$"
 # A completion carries reasoning and prose around the code: allow more than one source's worth.
@@ -82,27 +82,6 @@ class EvaluationCreate(BaseModel):
         if value is not None and len(str(value)) > 2000:
             raise ValueError("callback_url is longer than 2000 characters")
         return value
-
-
-class JobView(BaseModel):
-    """A job: `status` is the service's state; `result.status` is the evaluation's verdict."""
-
-    id: str
-    status: JobStatus
-    created_at: str
-    building_at: str | None = None
-    built_at: str | None = Field(default=None, description=(
-        "When the job was validated and built; while `status` is still `building` it waits for its GPU."))
-    running_at: str | None = None
-    finished_at: str | None = None
-    priority: int = 0
-    problem_id: str
-    worker: str | None = None
-    gpu: str | None = None
-    attempts: int = 0
-    error: str | None = Field(default=None, description="Why the job failed or was requeued/cancelled.")
-    idempotency_key: str | None = None
-    result: EvalResult | None = None
 
 
 class JobList(BaseModel):
