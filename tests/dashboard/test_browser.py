@@ -86,6 +86,7 @@ def test_dashboard_draws_every_chart_from_real_jobs(evaluated, page, artifacts):
     assert tab.evaluate("() => Chart.getChart(document.getElementById('speedups-chart')).data.labels") == ["add_one"]
     assert tab.locator("#jobs-table tbody tr").count() == len(evaluated.jobs)
     assert tab.locator("#kpi-workers").inner_text() == "1 (embedded)"
+    assert tab.locator("#rules-fired").is_visible() and tab.locator("#rules-none").is_hidden()
     assert "your API key" in tab.locator("#scope").inner_text()
     assert tab.locator("#error").is_hidden()
     tab.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
@@ -133,6 +134,9 @@ def test_open_mode_shows_an_empty_dashboard_without_asking_for_a_key(page, tmp_p
         assert tab.locator("#kpi-workers").inner_text() == "0 (embedded)"
         assert tab.evaluate(CHART_TOTAL, "outcomes-chart") == 0
         assert tab.locator("#jobs-table tbody tr").count() == 0
+        # No rule fired: the section says so instead of drawing an empty axis.
+        assert tab.locator("#rules-none").is_visible() and "none yet" in tab.locator("#rules-none").inner_text()
+        assert tab.locator("#rules-fired").is_hidden()
         assert problems == []
     finally:
         live.stop()
