@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 from worker.jobs.store import JobStore
 from worker.jobs.store.callbacks import CallbackSender
 
-from . import dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
+from . import api_docs, dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
 from .dispatch import CeleryDispatcher, EmbeddedDispatcher
 from .limits import BodySizeLimit, RateLimiter
 from .metrics import RequestMetrics, ServiceMetrics
@@ -59,6 +59,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Sandboxed GPU-kernel evaluation with a reward API for RL trainers.",
         lifespan=lifespan,
+        docs_url=None,  # served by api_docs without a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.store = store
@@ -73,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_reward.router)
     app.include_router(dashboard_api.router)
     dashboard.install(app)
+    api_docs.install(app)
     _install_error_handlers(app)
     # Outermost first: the body limit runs before anything reads the body.
     app.add_middleware(RequestMetrics, metrics=metrics)

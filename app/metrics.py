@@ -65,6 +65,19 @@ class ServiceMetrics:
                 self.stage_seconds.labels(stage).observe(seconds)
 
 
+def route_label(scope) -> str:
+    """The route template a request matched (not its raw path): an endpoint's path, or for a mounted
+    app (the dashboard's and the docs' static files) the mount's path; "unmatched" otherwise."""
+    route = scope.get("route")
+    if route is not None and hasattr(route, "path"):
+        return route.path
+    if "app_root_path" in scope:  # set when a Mount matched; root_path then ends with the mount's path
+        mount = scope.get("root_path", "")[len(scope["app_root_path"]):]
+        if mount:
+            return mount
+    return "unmatched"
+
+
 class RequestMetrics:
     """ASGI middleware recording count and latency per route template (not per raw path)."""
 
@@ -81,8 +94,7 @@ class RequestMetrics:
         async def timed_send(message):
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
-                route = scope.get("route")
-                name = getattr(route, "path", "unmatched")
+                name = route_label(scope)
                 self.metrics.latency.labels(name).observe(time.perf_counter() - start)
                 self.metrics.requests.labels(name, scope.get("method", ""), str(message["status"])).inc()
             await send(message)

@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from worker.jobs.store import JobStatus
-from worker.models import MAX_SOURCE_BYTES, EvalOptions, EvalResult, PolicyProfile
+from kerneljudge.models import Job as JobView
+from worker.models import MAX_SOURCE_BYTES, EvalOptions, PolicyProfile
 
 PROBLEM_ID_PATTERN = r"^[0-9a-f]{64}$"
 # A completion carries reasoning and prose around the code: allow more than one source's worth.
@@ -82,27 +82,6 @@ class EvaluationCreate(BaseModel):
         if value is not None and len(str(value)) > 2000:
             raise ValueError("callback_url is longer than 2000 characters")
         return value
-
-
-class JobView(BaseModel):
-    """A job: `status` is the service's state; `result.status` is the evaluation's verdict."""
-
-    id: str
-    status: JobStatus
-    created_at: str
-    building_at: str | None = None
-    built_at: str | None = Field(default=None, description=(
-        "When the job was validated and built; while `status` is still `building` it waits for its GPU."))
-    running_at: str | None = None
-    finished_at: str | None = None
-    priority: int = 0
-    problem_id: str
-    worker: str | None = None
-    gpu: str | None = None
-    attempts: int = 0
-    error: str | None = Field(default=None, description="Why the job failed or was requeued/cancelled.")
-    idempotency_key: str | None = None
-    result: EvalResult | None = None
 
 
 class JobList(BaseModel):
@@ -190,25 +169,18 @@ class ProblemBatchResponse(BaseModel):
 
 
 class RewardRequest(BaseModel):
-    """OpenRLHF remote reward body. `query` holds the completions (prompt + response or response)."""
+    """OpenRLHF remote reward body (read by kerneljudge/adapters/openrlhf.py, the contract shared with the
+    client's file mode). `query` holds the completions (prompt + response, or the response)."""
 
     model_config = ConfigDict(extra="ignore")
 
     query: list[str] = Field(max_length=4096)
     prompts: list[str] | None = Field(default=None, max_length=4096)
-    labels: list[str] | None = Field(
+    labels: list[Any] | None = Field(
         default=None, max_length=4096,
-        description="Per item: a problem_id (64 hex) or the reference source itself.")
-
-
-class RewardResponse(BaseModel):
-    rewards: list[float]
-    scores: list[float]
-    extra_logs: dict[str, list[float]] = Field(
-        description="Per item, numeric only (trainers turn these into tensors): correct, compiled, speedup, "
-                    "format, fallback (1.0 when the fallback reward was used).")
-    reasons: list[str | None] = Field(description="Why an item got the fallback reward (None when it did not).")
-    job_ids: list[str | None]
+        description="Per item: a problem_id (64 hex), the reference source itself, or "
+                    '{"reference": ...} / {"problem_id": ...} (also as a JSON string). An unusable label '
+                    "gives its item the fallback reward and a reason.")
 
 
 class Health(BaseModel):

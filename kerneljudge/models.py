@@ -1,47 +1,46 @@
 """Typed objects of the HTTP API as the client sees them (pydantic only, no torch).
 
-`Job` mirrors the API's job JSON; its `result` is the engine's `worker.models.EvalResult`.
-Unknown fields the server adds are kept (extra="allow") so that a newer server does not
-break an older client.
+`Job` is the job JSON itself: the server answers with this very model (app/schemas.py imports it
+as its response model), so client and server cannot drift apart. Its `result` is the engine's
+`worker.models.EvalResult`. Fields a newer server adds are kept (extra="allow") so that an older
+client does not break.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from worker.models import ErrorInfo, EvalOptions, EvalResult
+from worker.models import ErrorInfo, EvalOptions, EvalResult, JobStatus
 
-
-class JobStatus(str, Enum):
-    queued = "queued"
-    building = "building"
-    running = "running"
-    done = "done"  # an evaluation was produced, whatever its verdict
-    failed = "failed"  # the service could not produce one
-    cancelled = "cancelled"
-
+__all__ = ["TERMINAL_STATUSES", "BatchEntry", "Job", "JobStatus", "Problem", "SubmitItem"]
 
 TERMINAL_STATUSES = frozenset({JobStatus.done, JobStatus.failed, JobStatus.cancelled})
 
 
 class Job(BaseModel):
+    """A job: `status` is the service's state; `result.status` is the evaluation's verdict."""
+
     model_config = ConfigDict(extra="allow")
 
     id: str
     status: JobStatus
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    started_at: datetime | None = None
+    created_at: datetime
+    building_at: datetime | None = Field(default=None, description="When a worker claimed the job.")
+    built_at: datetime | None = Field(default=None, description=(
+        "When the job was validated and built; while `status` is still `building` it waits for its GPU."))
+    running_at: datetime | None = Field(default=None, description="When its first device stage started.")
     finished_at: datetime | None = None
+    priority: int = 0
+    problem_id: str
     worker: str | None = None
-    gpu: str | int | None = None
-    problem_id: str | None = None
+    gpu: str | None = None
+    attempts: int = 0
+    error: str | None = Field(default=None, description="Why the job failed or was requeued/cancelled.")
+    idempotency_key: str | None = None
     result: EvalResult | None = None
-    error: ErrorInfo | str | None = None
 
     @property
     def finished(self) -> bool:
@@ -49,9 +48,7 @@ class Job(BaseModel):
 
     @property
     def error_message(self) -> str | None:
-        if self.error is None:
-            return None
-        return self.error if isinstance(self.error, str) else f"{self.error.kind}: {self.error.message}"
+        return self.error
 
 
 class SubmitItem(BaseModel):

@@ -32,6 +32,13 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 py="$venv/bin/python"
+# The service runs on Python 3.10+; the test extra (trl, verifiers) needs 3.11+.
+minimum=$([ "$extra" = dev ] && echo 11 || echo 10)
+if ! "$py" -c "import sys; sys.exit(sys.version_info < (3, $minimum))"; then
+    echo "setup: '$extra' needs Python 3.$minimum or newer; $venv has $("$py" -V 2>&1)." >&2
+    echo "setup: remove $venv and run again with a newer python3 on PATH (or set KERNELJUDGE_VENV)." >&2
+    exit 1
+fi
 "$py" -m pip install --quiet --upgrade pip
 # The CPU build of torch unless told otherwise: an unpinned torch pulls a multi-GB CUDA build.
 if ! "$py" -c "import torch" 2>/dev/null; then

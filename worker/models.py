@@ -28,6 +28,17 @@ class EvalStatus(str, Enum):
     sandbox_error = "sandbox_error"
 
 
+class JobStatus(str, Enum):
+    """A job's state in the service (the API's `status`); its verdict is `result.status`."""
+
+    queued = "queued"
+    building = "building"  # claimed, being validated and built; `built_at` set once it waits for its GPU
+    running = "running"
+    done = "done"  # an evaluation was produced, whatever its verdict
+    failed = "failed"  # the service could not produce one
+    cancelled = "cancelled"
+
+
 class Device(str, Enum):
     cpu = "cpu"
     cuda = "cuda"

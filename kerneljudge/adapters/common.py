@@ -1,7 +1,9 @@
 """Shared pieces of the trainer adapters: labels, completion text, outcomes, batch scoring.
 
 Outcome of one sample (`Outcome`):
-  - the service produced a verdict (job `done`): reward = result.reward, components from the result;
+  - the service produced a verdict (job `done`): reward = result.reward, components from the result,
+    `correct` = the verdict's `correct` (true only for status `ok`: a rejected kernel whose outputs
+    matched is not correct);
   - anything else (bad label, service unreachable, job failed or cancelled, deadline passed):
     reward = the adapter's `fallback_reward` (default 0.0), `fallback` = 1 and `reason` says why.
 """
@@ -109,6 +111,7 @@ class Outcome:
     status: str = "fallback"  # the verdict's status (ok, incorrect, ...) or "fallback"
     reason: str | None = None  # why the fallback reward was given
     job_id: str | None = None
+    correct: bool = False  # the verdict's `correct`: passed every trial and was not rejected
 
     @property
     def fallback(self) -> bool:
@@ -116,12 +119,14 @@ class Outcome:
 
     def metrics(self) -> dict[str, float]:
         values = {name: float(self.components.get(name, 0.0)) for name in LOGGED_COMPONENTS}
+        values["correct"] = 1.0 if self.correct else 0.0  # the verdict's, not the reward formula's input
         values["fallback"] = 1.0 if self.fallback else 0.0
         return values
 
 
 def outcome_from_result(result: EvalResult, job_id: str | None = None) -> Outcome:
-    return Outcome(result.reward, dict(result.reward_components), result.status.value, None, job_id)
+    return Outcome(result.reward, dict(result.reward_components), result.status.value, None, job_id,
+                   correct=result.correct)
 
 
 def outcome_from_failure(reason: str, fallback_reward: float, job_id: str | None = None) -> Outcome:

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 import httpx
 
+from kerneljudge.models import Job
 from worker.engine.completions import extract_candidate
 from worker.engine.reward import components, compute_reward
 from worker.models import EvalOptions
@@ -120,7 +121,9 @@ class FakeApi:
         if "candidate" not in body and "completion" not in body:
             return ("candidate", "give candidate or completion"), {}
         job_id = f"job-{next(self._ids)}"
-        job = {"id": job_id, "status": "queued", "created_at": _now(), "updated_at": _now(), "result": None,
+        reference = body.get("reference") or ""
+        problem_id = body.get("problem_id") or hashlib.sha256(reference.encode()).hexdigest()
+        job = {"id": job_id, "status": "queued", "created_at": _now(), "problem_id": problem_id, "result": None,
                "error": None, "_body": body}
         self.jobs[job_id] = job
         self.reads[job_id] = 0
@@ -144,15 +147,16 @@ class FakeApi:
         return self._public(job)
 
     def _finish(self, job: dict) -> None:
-        job["updated_at"] = _now()
+        job["finished_at"] = _now()
         if self.fail_jobs:
-            job.update(status="failed", error={"kind": "worker_lost", "message": "worker died twice"})
+            job.update(status="failed", error="worker died twice")
             return
         job.update(status="done", result=self._verdict(job["_body"]))
 
     @staticmethod
     def _public(job: dict) -> dict:
-        return {k: v for k, v in job.items() if not k.startswith("_")}
+        """The job in the server's shape: the one model both sides share."""
+        return Job.model_validate({k: v for k, v in job.items() if not k.startswith("_")}).model_dump(mode="json")
 
     @staticmethod
     def _verdict(body: dict) -> dict:

@@ -139,18 +139,26 @@ def test_openrlhf_malformed_bodies_name_the_field(body, message):
 
 
 def test_openrlhf_response_shape():
-    items = openrlhf.parse_get_reward_request({"query": ["a", "b", "c"], "labels": ["p_1", "p_2", None]})
+    items = openrlhf.parse_get_reward_request({"query": ["a", "b", "c", "d"], "labels": ["p_1", "p_2", None, "p_3"]})
     ok = EvalResult(status=EvalStatus.ok, compiled=True, correct=True, speedup=2.0, reward=0.77,
                     reward_components={"format": 1.0, "compiled": 1.0, "correct": 1.0, "speedup": 2.0})
+    # Outputs matched but a reject rule fired: the verdict is not correct, whatever the components say.
+    rejected = EvalResult(status=EvalStatus.rejected, compiled=True, correct=False, reward=-1.0,
+                          reward_components={"format": 1.0, "compiled": 1.0, "correct": 1.0, "speedup": 0.0})
     assert items[2].label_error is not None
-    outcomes = [outcome_from_result(ok), outcome_from_failure("worker lost", -0.25),
-                outcome_from_failure(items[2].label_error, -0.25)]
+    outcomes = [outcome_from_result(ok, "j1"), outcome_from_failure("worker lost", -0.25, "j2"),
+                outcome_from_failure(items[2].label_error, -0.25), outcome_from_result(rejected, "j4")]
     response = openrlhf.response_from_outcomes(outcomes)
-    assert response["rewards"] == [0.77, -0.25, -0.25]
-    assert response["scores"] == [1.0, 0.0, 0.0]
-    assert response["extra_logs"]["kerneljudge/speedup"] == [2.0, 0.0, 0.0]
-    assert response["extra_logs"]["kerneljudge/fallback"] == [0.0, 1.0, 1.0]
-    json.dumps(response)
+    assert response.rewards == [0.77, -0.25, -0.25, -1.0]
+    assert response.scores == [1.0, 0.0, 0.0, 0.0]
+    assert set(response.extra_logs) == set(openrlhf.LOG_KEYS)
+    assert all(key.startswith("kerneljudge/") for key in response.extra_logs)
+    assert response.extra_logs["kerneljudge/speedup"] == [2.0, 0.0, 0.0, 0.0]
+    assert response.extra_logs["kerneljudge/correct"] == [1.0, 0.0, 0.0, 0.0]
+    assert response.extra_logs["kerneljudge/fallback"] == [0.0, 1.0, 1.0, 0.0]
+    assert response.reasons[0] is None and response.reasons[1] == "worker lost"
+    assert response.job_ids == ["j1", "j2", None, "j4"]
+    json.dumps(response.model_dump())
 
 
 # --- verifiers ------------------------------------------------------------------------------

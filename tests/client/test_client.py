@@ -55,7 +55,7 @@ def test_evaluate_raises_timeout_and_failure(client, api):
         client.evaluate(REFERENCE, GOOD, timeout=3)
     api.reads_to_finish = 1
     api.fail_jobs = True
-    with pytest.raises(JobFailedError, match="worker_lost: worker died twice"):
+    with pytest.raises(JobFailedError, match="failed: worker died twice"):
         client.evaluate(REFERENCE, GOOD)
 
 

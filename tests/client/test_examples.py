@@ -54,11 +54,19 @@ def test_verl_example():
 
 
 def test_openrlhf_example():
-    torch = pytest.importorskip("torch")  # OpenRLHF's file mode hands back tensors; torch is in its env
+    """The file-mode answer as OpenRLHF's reader takes it (tests/client/openrlhf_reader.py)."""
+    pytest.importorskip("torch")  # the reader builds tensors, as OpenRLHF does
+    from .openrlhf_reader import keep_group, read_sample_answer
+
     prompt = "Write ModelNew.\n"
-    out = load("openrlhf_reward_func.py").reward_func([prompt + answer(GOOD)], [prompt], [REFERENCE])
-    assert isinstance(out["rewards"], torch.Tensor) and out["scores"].tolist() == [1.0]
-    assert out["extra_logs"]["kerneljudge/speedup"].tolist() == [4.0]
+    reward_func = load("openrlhf_reward_func.py").reward_func
+    good = read_sample_answer(reward_func([prompt + answer(GOOD)], [prompt], [REFERENCE]))
+    wrong = read_sample_answer(reward_func([prompt + answer(WRONG)], [prompt], [REFERENCE]))
+    assert good.rewards.flatten().tolist() == [pytest.approx(0.3 + 0.7 * (2 / 3))]
+    assert good.scores.flatten().tolist() == [1.0] and wrong.scores.flatten().tolist() == [0.0]
+    assert good.info["kerneljudge/speedup"].flatten().tolist() == [4.0]
+    assert wrong.info["kerneljudge/correct"].flatten().tolist() == [0.0]
+    assert keep_group([good.scores[0].item(), wrong.scores[0].item()])
 
 
 def test_verifiers_example():

@@ -1,4 +1,5 @@
-"""The dashboard in a real headless Chromium (Debian's, driven by Playwright) over real evaluations.
+"""The service's pages in a real headless Chromium (Debian's, driven by Playwright): the dashboard over
+real evaluations, and the API docs (/docs) with every request off this server refused.
 
 Screenshots go to $KERNELJUDGE_TEST_ARTIFACTS (default: the test's tmp dir) as dashboard.png and job.png.
 """
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Route, sync_playwright
 
 from tests.service.helpers import USER_KEY, make_settings, start_server
 
@@ -86,6 +87,7 @@ def test_dashboard_draws_every_chart_from_real_jobs(evaluated, page, artifacts):
     assert tab.evaluate("() => Chart.getChart(document.getElementById('speedups-chart')).data.labels") == ["add_one"]
     assert tab.locator("#jobs-table tbody tr").count() == len(evaluated.jobs)
     assert tab.locator("#kpi-workers").inner_text() == "1 (embedded)"
+    assert tab.locator("#rules-fired").is_visible() and tab.locator("#rules-none").is_hidden()
     assert "your API key" in tab.locator("#scope").inner_text()
     assert tab.locator("#error").is_hidden()
     tab.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
@@ -133,6 +135,40 @@ def test_open_mode_shows_an_empty_dashboard_without_asking_for_a_key(page, tmp_p
         assert tab.locator("#kpi-workers").inner_text() == "0 (embedded)"
         assert tab.evaluate(CHART_TOTAL, "outcomes-chart") == 0
         assert tab.locator("#jobs-table tbody tr").count() == 0
+        # No rule fired: the section says so instead of drawing an empty axis.
+        assert tab.locator("#rules-none").is_visible() and "none yet" in tab.locator("#rules-none").inner_text()
+        assert tab.locator("#rules-fired").is_hidden()
         assert problems == []
+    finally:
+        live.stop()
+
+
+def test_api_docs_render_every_operation_without_internet(page, tmp_path):
+    """Swagger UI's script and styles come from the service (app/static/docs/vendor/): with every
+    request to another host refused, /docs still draws the operations of /openapi.json."""
+    tab, problems = page
+    live = start_server(make_settings(tmp_path / "data", local_workers=0))
+    refused: list[str] = []
+
+    def only_this_server(route: Route) -> None:
+        if route.request.url.startswith(live.base_url + "/"):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort("internetdisconnected")
+
+    tab.context.route("**/*", only_this_server)
+    try:
+        tab.goto(f"{live.base_url}/docs")
+        tab.locator(".opblock").first.wait_for(timeout=RENDER_TIMEOUT_MS)
+        with live.client(None) as client:
+            schema = client.get("/openapi.json").json()
+        expected = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
+        shown = {(tab.locator(".opblock-summary-method").nth(i).inner_text().strip(),
+                  tab.locator(".opblock-summary-path").nth(i).get_attribute("data-path"))
+                 for i in range(tab.locator(".opblock").count())}
+        assert shown == expected
+        assert "kerneljudge" in tab.locator(".info .title").inner_text()
+        assert refused == [] and problems == []
     finally:
         live.stop()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import tomllib
 
+from app.api_docs import DOCS_STATIC_DIR
 from app.dashboard import STATIC_DIR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,5 +49,19 @@ def test_every_static_file_is_declared_package_data():
     patterns = config["tool"]["setuptools"]["package-data"]["app"]
     app_dir = REPO / "app"
     declared = {path for pattern in patterns for path in app_dir.glob(pattern) if path.is_file()}
-    shipped = {path for path in STATIC_DIR.rglob("*") if path.is_file()}
+    shipped = {path for path in (app_dir / "static").rglob("*") if path.is_file()}
+    assert STATIC_DIR.parent == DOCS_STATIC_DIR.parent == app_dir / "static"
     assert shipped and shipped <= declared, sorted(str(p) for p in shipped - declared)
+
+
+def test_api_docs_use_the_vendored_swagger_ui(evaluated):
+    notice = (DOCS_STATIC_DIR / "vendor" / "README.md").read_text()
+    with evaluated.client(None) as client:
+        page = client.get("/docs")
+        assert page.status_code == 200 and "cdn" not in page.text.lower()
+        for name in ("swagger-ui-bundle.js", "swagger-ui.css"):
+            assert f'"/docs/static/vendor/{name}"' in page.text
+            recorded = re.search(rf"sha256 of `{re.escape(name)}`: `([0-9a-f]{{64}})`", notice).group(1)
+            served = client.get(f"/docs/static/vendor/{name}")
+            assert served.status_code == 200 and hashlib.sha256(served.content).hexdigest() == recorded
+        assert client.get("/redoc").status_code == 404  # ReDoc would need a CDN: not offered

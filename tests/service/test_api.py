@@ -238,3 +238,14 @@ def test_metrics_report_queue_and_outcomes(queued_server):
     assert 'kerneljudge_job_outcomes{status="done",verdict="invalid_input"} 1.0' in text
     assert "kerneljudge_workers 0.0" in text
     assert 'kerneljudge_http_requests_total{code="202",method="POST",route="/v1/evaluations"} 1.0' in text
+
+
+def test_metrics_label_static_files_by_their_mount(queued_server):
+    with queued_server.client(None) as client:
+        assert client.get("/dashboard/static/style.css").status_code == 200
+        assert client.get("/dashboard/static/vendor/chart.umd.min.js").status_code == 200
+        assert client.get("/no/such/path").status_code == 404
+        text = client.get("/metrics").text
+    assert 'kerneljudge_http_requests_total{code="200",method="GET",route="/dashboard/static"} 2.0' in text
+    assert 'kerneljudge_http_requests_total{code="404",method="GET",route="unmatched"} 1.0' in text
+    assert 'code="200",method="GET",route="unmatched"' not in text

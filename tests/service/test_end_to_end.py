@@ -82,8 +82,9 @@ def test_get_reward_evaluates_completions(working_server):
     assert response.status_code == 200
     answer = response.json()
     assert answer["rewards"][0] > 0 and answer["rewards"][1] == 0.0
-    assert answer["extra_logs"]["correct"] == [1.0, 0.0]
-    assert answer["extra_logs"]["format"] == [1.0, 0.0]
+    assert answer["scores"] == [1.0, 0.0]
+    assert answer["extra_logs"]["kerneljudge/correct"] == [1.0, 0.0]
+    assert answer["extra_logs"]["kerneljudge/format"] == [1.0, 0.0]
     assert answer["reasons"] == [None, None]
 
 

@@ -23,8 +23,8 @@ def test_shape_fallback_and_timeout(queued_server):
     assert answer["rewards"] == answer["scores"] == [0.0, 0.0]
     # Item 0: an evaluation (no code block, format 0), not a fallback: the prompt's example
     # block was stripped with the prompt, so it was not mistaken for the answer.
-    assert answer["extra_logs"]["fallback"] == [0.0, 1.0]
-    assert answer["extra_logs"]["format"] == [0.0, 0.0]
+    assert answer["extra_logs"]["kerneljudge/fallback"] == [0.0, 1.0]
+    assert answer["extra_logs"]["kerneljudge/format"] == [0.0, 0.0]
     assert answer["reasons"][0] is None
     # Item 1: nobody runs it in time; it gets the fallback and is withdrawn from the queue.
     assert answer["reasons"][1].startswith("timeout") and "withdrawn" in answer["reasons"][1]
@@ -38,7 +38,8 @@ def test_problem_id_labels_and_bad_bodies(queued_server):
         ok = client.post("/get_reward", json={"query": [NO_CODE_COMPLETION], "labels": [problem_id]})
         assert ok.status_code == 200 and ok.json()["reasons"] == [None]
         unknown = client.post("/get_reward", json={"query": [NO_CODE_COMPLETION], "labels": ["f" * 64]})
-        assert unknown.json()["extra_logs"]["fallback"] == [1.0] and "problem_id" in unknown.json()["reasons"][0]
+        assert unknown.json()["extra_logs"]["kerneljudge/fallback"] == [1.0]
+        assert "problem_id" in unknown.json()["reasons"][0]
         mismatch = client.post("/get_reward", json={"query": ["a", "b"], "labels": [REFERENCE]})
         assert mismatch.status_code == 422 and mismatch.json()["detail"][0]["loc"] == ["body", "labels"]
         preset = client.post("/get_reward", params={"reward_preset": "nope"},

@@ -11,7 +11,8 @@ from pathlib import Path
 from ..models import SandboxKind
 from .sandbox import Mount, ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
 from .sandbox.bwrap import gpu_device_nodes
-from .sandbox.process import PAYLOAD_KEY
+from .sandbox.process import PAYLOAD_KEY, MarkedLog
+from .sandbox_runtime.harness_output import USER_OUTPUT_MARK
 from .settings import EngineSettings
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "sandbox_runtime"
@@ -127,7 +128,7 @@ class RunnerSession:
         spec = runner_spec(config, settings, limits)
         self.process = SandboxProcess(spec, [sys.executable, "-I", "-c", BOOT],
                                       name=f"{config.role}-{config.mode}",
-                                      use_bwrap=config.sandbox == SandboxKind.bwrap)
+                                      use_bwrap=config.sandbox == SandboxKind.bwrap, log_mark=USER_OUTPUT_MARK)
         self.environment: dict = {}
 
     def __enter__(self) -> RunnerSession:
@@ -176,6 +177,9 @@ class RunnerSession:
         return message
 
     def logs(self) -> str:
-        text = self.process.stdout.text().strip()
-        err = self.process.stderr.text().strip()
-        return "\n".join(part for part in (text, err) if part)
+        """The loaded module's own output (stdout, then stderr): nothing the runner printed before
+        `load`, nor the profiler's lines (sandbox_runtime/harness_output.py)."""
+        streams = (self.process.stdout, self.process.stderr)
+        assert all(isinstance(stream, MarkedLog) for stream in streams)
+        parts = (stream.after_mark().strip() for stream in streams)  # type: ignore[union-attr]
+        return "\n".join(part for part in parts if part)

@@ -1,6 +1,6 @@
 """A problem set as an RL dataset: one JSON row per problem, prompt text plus the problem's id.
 
-Columns (see README "Problem library"): `prompt` (instruction + reference source), `problem_id`
+Columns (see docs/problems.md): `prompt` (instruction + reference source), `problem_id`
 (sha256 of the reference, as registered), `reference` (the source, for adapters that send it),
 `name`, `kernel_class`, `profile`, and `reward_model` ({"style": "rule", "ground_truth": problem_id},
 the column veRL passes to the reward function).

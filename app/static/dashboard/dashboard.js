@@ -148,6 +148,9 @@ function showSpeedups(rows) {
 }
 
 function showRules(rules) {
+  // An empty bar chart is a bare axis: say that nothing fired instead.
+  document.getElementById("rules-none").hidden = rules.length > 0;
+  document.getElementById("rules-fired").hidden = rules.length === 0;
   charts.rules.data.labels = rules.map((r) => r.rule);
   charts.rules.data.datasets[0].data = rules.map((r) => r.jobs);
   charts.rules.data.datasets[0].backgroundColor = rules.map((r) => (r.severity === "reject" ? "#d64545" : "#e8912d"));

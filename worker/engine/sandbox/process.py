@@ -81,6 +81,44 @@ class CappedLog:
                 + bytes(self.tail).decode("utf-8", "replace"))
 
 
+class MarkedLog:
+    """A stream in two capped parts: what came before the first `mark` and what came after it.
+
+    The runner writes the mark just before user code is imported, so `after_mark()` is the user's
+    own output, never crowded out of the cap by the harness's start-up lines; `text()` is the whole
+    stream (the mark left out), for crash diagnostics.
+    """
+
+    def __init__(self, limit: int, mark: bytes) -> None:
+        self.mark = mark
+        self.before = CappedLog(limit)
+        self.after = CappedLog(limit)
+        self.marked = False
+        self._carry = b""  # the end of what came before: the start of a mark split across chunks
+
+    def feed(self, chunk: bytes) -> None:
+        if self.marked:
+            self.after.feed(chunk)
+            return
+        data = self._carry + chunk
+        at = data.find(self.mark)
+        if at >= 0:
+            self.marked = True
+            self._carry = b""
+            self.before.feed(data[:at])
+            self.after.feed(data[at + len(self.mark):])
+            return
+        keep = min(len(data), len(self.mark) - 1)
+        self.before.feed(data[:len(data) - keep])
+        self._carry = data[len(data) - keep:]
+
+    def after_mark(self) -> str:
+        return self.after.text() if self.marked else ""
+
+    def text(self) -> str:
+        return self.before.text() + self._carry.decode("utf-8", "replace") + self.after.text()
+
+
 def _count_processes_of(uid: int) -> int:
     count = 0
     for entry in os.listdir("/proc"):
@@ -109,13 +147,17 @@ def _limit_setter(limits: ResourceLimits, nproc: int):
 class SandboxProcess:
     """One child process under bubblewrap (or, for debugging only, under nothing)."""
 
-    def __init__(self, spec: SandboxSpec, command: list[str], *, name: str, use_bwrap: bool = True) -> None:
+    def __init__(self, spec: SandboxSpec, command: list[str], *, name: str, use_bwrap: bool = True,
+                 log_mark: bytes | None = None) -> None:
+        """`log_mark`: the child writes it on stdout and stderr where the user's output begins
+        (MarkedLog); without one the streams are kept whole."""
         self.spec = spec
         self.command = command
         self.name = name
         self.use_bwrap = use_bwrap
-        self.stdout = CappedLog(spec.limits.log_bytes)
-        self.stderr = CappedLog(spec.limits.log_bytes)
+        limit = spec.limits.log_bytes
+        self.stdout = MarkedLog(limit, log_mark) if log_mark else CappedLog(limit)
+        self.stderr = MarkedLog(limit, log_mark) if log_mark else CappedLog(limit)
         self.messages: queue.Queue[dict | None] = queue.Queue()
         self.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
         self._proc: subprocess.Popen | None = None
@@ -156,7 +198,7 @@ class SandboxProcess:
         self._threads.append(thread)
 
     @staticmethod
-    def _pump(stream, sink: CappedLog) -> None:
+    def _pump(stream, sink: CappedLog | MarkedLog) -> None:
         for chunk in iter(lambda: stream.read1(65536), b""):
             sink.feed(chunk)
 

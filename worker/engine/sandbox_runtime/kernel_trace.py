@@ -9,6 +9,7 @@ supervisor's job.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 
@@ -17,6 +18,7 @@ import torch.autograd.profiler
 from torch.profiler import record_function
 
 from . import numba_simulator
+from .harness_output import discarded
 
 # The profiler under torch.profiler.profile: that wrapper's start looks up torch._inductor, which
 # imports Inductor (~2 s on CPU, per runner); this one records the same Kineto events without it.
@@ -64,6 +66,21 @@ def _profiler(device: torch.device):
     return _profile(use_cpu=True, use_device="cuda" if device.type == "cuda" else None, use_kineto=True)
 
 
+@contextlib.contextmanager
+def _quiet_profiler(device: torch.device):
+    """The profiler, started and stopped with fds 1/2 discarded: Kineto prints its own lines there
+    (profiler_start, profiler_stop), which are not the candidate's output. The traced call between
+    writes to the candidate's log as usual."""
+    prof = _profiler(device)
+    with discarded():
+        prof.__enter__()
+    try:
+        yield prof
+    finally:
+        with discarded():
+            prof.__exit__(None, None, None)
+
+
 def warm_profiler(device: torch.device) -> None:
     """Start and stop the profiler once, before the runner says ready: the first start on a GPU
     sets up CUPTI, which the job's trace would otherwise pay."""
@@ -78,7 +95,7 @@ def trace_forward(model, args: list, device: torch.device) -> dict:
     call (outside the forward's range): its stream is the timed stream, and the end marker's
     start tells which kernels were still running when forward returned."""
     marker = torch.zeros(1, device=device) if device.type == "cuda" else None
-    with torch.no_grad(), _profiler(device) as prof:
+    with torch.no_grad(), _quiet_profiler(device) as prof:
         if marker is not None:
             marker.add_(1)
         with _record_function(FORWARD_LABEL):

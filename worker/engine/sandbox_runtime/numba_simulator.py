@@ -1,7 +1,7 @@
 """CPU mode for Numba candidates: Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set by the
 supervisor on CPU) made to take torch CPU tensors the way the GPU target takes CUDA tensors.
 
-The convention (README, "Numba candidates"): write the candidate for the GPU and pass torch
+The convention (docs/numba.md): write the candidate for the GPU and pass torch
 tensors to the kernel, directly or through `numba.cuda.as_cuda_array(t)` (CUDA tensors expose
 `__cuda_array_interface__`). CPU tensors expose no such interface and the simulator has no
 `as_cuda_array`, so under the simulator both become simulator arrays over the tensor's own memory

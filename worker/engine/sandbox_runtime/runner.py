@@ -30,6 +30,7 @@ from . import (
     timer,  # binds clocks and sync before any user code is imported
 )
 from .channel import Channel
+from .harness_output import mark_user_output_start
 from .integrity import IntegrityWatch
 from .loader import (
     MAX_TRACEBACK_CHARS,
@@ -141,6 +142,7 @@ class Runner:
         path = os.path.join(folder, "module.py")
         with open(path, "w") as handle:
             handle.write(command["source"])
+        mark_user_output_start()  # the log the supervisor returns begins here
         self.module = load_module(path, f"kj_{self.role}")
         missing = [name for name in REQUIRED_NAMES[self.role] if not hasattr(self.module, name)]
         if missing:

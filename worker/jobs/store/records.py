@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-
-class JobStatus(str, Enum):
-    queued = "queued"
-    building = "building"
-    running = "running"
-    done = "done"
-    failed = "failed"
-    cancelled = "cancelled"
-
+from worker.models import JobStatus
 
 ACTIVE_STATUSES = (JobStatus.queued.value, JobStatus.building.value, JobStatus.running.value)
 IN_FLIGHT_STATUSES = (JobStatus.building.value, JobStatus.running.value)
