@@ -222,18 +222,40 @@ class TimingStats(BaseModel):
     rse: float = Field(description="Relative standard error of the mean.")
 
 
+class ClockCheckReport(BaseModel):
+    """The candidate's reported samples against the supervisor's own clock (worker/engine/clock_check.py).
+
+    Per call, the time outside the reported samples (the L2 flush, the synchronisation, the loop) is
+    the same for any honest model; the reference's, measured in the same window, is the yardstick. A
+    candidate that reports less than it ran shows the difference as extra time outside its samples."""
+
+    pairs: int = Field(description="Block pairs compared.")
+    claimed_ms: float = Field(description="The candidate's reported mean per call.")
+    supervisor_ms: float = Field(description="Per-call time the supervisor's clock allows the candidate: "
+                                             "reported mean plus its unexplained time beyond the reference's.")
+    reference_outside_ms: float = Field(description="Reference: time per call outside its samples.")
+    candidate_outside_ms: float = Field(description="Candidate: time per call outside its samples.")
+    noise_ms: float = Field(description="Spread of that difference over the pairs (robust sigma).")
+    limit_ms: float = Field(description="Largest unexplained time per call accepted.")
+    passed: bool
+
+
 class TimingReport(BaseModel):
     method: str = Field(description="How samples were taken, e.g. cuda_events+l2_flush or host_clock.")
     device: str
     reference: TimingStats
     candidate: TimingStats
-    speedup: float
+    speedup: float = Field(description="Median over interleaved block pairs of median(reference) / "
+                                       "median(candidate), both timed in this job's exclusive window.")
     speedup_ci95: tuple[float, float]
-    # Candidate time seen from outside its process (host clock around device-wide syncs).
-    candidate_host_median_ms: float | None = None
+    pairs: int | None = Field(default=None, description="Interleaved (reference, candidate) block pairs timed.")
+    candidate_host_median_ms: float | None = Field(default=None, description=(
+        "Candidate time per call seen from outside its process: the supervisor's clock around its timing "
+        "blocks, less the per-call time the reference spends outside its samples (see clock_check)."))
+    clock_check: ClockCheckReport | None = None
     reference_age_s: float | None = Field(default=None, description=(
-        "Age of the reference timing used, in seconds (0 when measured for this job; reference timing "
-        "is cached per problem and GPU and re-measured on a schedule)."))
+        "Age of the reference timing used, in seconds: 0, the reference is timed in every job, interleaved "
+        "with the candidate."))
     compile_reference: TimingStats | None = Field(default=None, description=(
         "torch.compile (default mode) of the reference, timed the same way on the same device."))
     compile_reference_median_ms: float | None = None

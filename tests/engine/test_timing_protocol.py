@@ -1,8 +1,21 @@
-"""One timing protocol: the count is fixed by the supervisor from a calibration run."""
+"""One timing protocol: reference and candidate in alternating blocks of one window, one count for both."""
 
 from __future__ import annotations
 
-from worker.engine.timing_protocol import CALIBRATION_RUNS, TimedRun, fixed_count, measure
+import pytest
+
+from worker.engine.launch import UserFailure
+from worker.engine.timing_protocol import (
+    BLOCK_WARMUP,
+    CALIBRATION_RUNS,
+    CALIBRATION_WARMUP,
+    TimedBlock,
+    block_plan,
+    fixed_count,
+    measure_paired,
+    paired_count,
+)
+from worker.engine.timing_stats import paired_speedup
 from worker.models import EvalOptions
 
 
@@ -16,13 +29,58 @@ def test_the_count_fits_the_budget_and_the_bounds():
     assert fixed_count(noisy, options.model_copy(update={"timing_max_runs": 50})) == 50
 
 
-def test_measure_calibrates_then_times_the_fixed_count_once_keeping_that_run():
-    calls = []
+def test_one_count_for_both_sides_the_noisiest_decides_the_slowest_caps():
+    options = EvalOptions(timing_budget_s=1.0, timing_min_runs=10, timing_max_runs=2000, timing_target_rse=0.005)
+    steady_fast, noisy_fast = [0.01] * 5, [0.01, 0.02, 0.01, 0.02, 0.01]
+    assert paired_count([steady_fast, noisy_fast], options) == 2000  # noisy side wants ~5000: capped by max
+    assert paired_count([[100.0] * 5, noisy_fast], options) == 10  # the slow side fits 10 in the budget
 
-    def run(runs: int, final: bool) -> TimedRun:
-        calls.append((runs, final))
-        return TimedRun([2.0] * runs, [], 0.0, ["time.perf_counter"] if final else [])
 
-    measured = measure(run, EvalOptions(timing_min_runs=12))
-    assert calls == [(CALIBRATION_RUNS, False), (12, True)]
-    assert measured.runs == 12 and measured.stats.n == 12 and measured.tampered == ["time.perf_counter"]
+def test_block_plan_keeps_two_pairs_at_least_and_covers_the_count():
+    assert block_plan(1) == (2, 1)
+    assert block_plan(10) == (2, 5)
+    assert block_plan(2000) == (8, 250)
+    pairs, runs = block_plan(37)
+    assert pairs == 7 and pairs * runs >= 37
+
+
+def _fake_side(name: str, calls: list, ms: float, *, wall_per_call_ms: float | None = None):
+    def run(runs: int, warmup: int, snapshot: bool) -> TimedBlock:
+        calls.append((name, runs, warmup, snapshot))
+        per_call = wall_per_call_ms if wall_per_call_ms is not None else ms + 0.1
+        return TimedBlock([ms] * runs, warmup, (runs + warmup) * per_call / 1e3, [])
+    return run
+
+
+def test_blocks_alternate_in_abba_order_with_the_same_count_on_both_sides():
+    calls: list = []
+    window = measure_paired(_fake_side("ref", calls, 2.0), _fake_side("cand", calls, 1.0),
+                            EvalOptions(timing_min_runs=20, timing_budget_s=10))
+    assert calls[:2] == [("ref", CALIBRATION_RUNS, CALIBRATION_WARMUP, False),
+                         ("cand", CALIBRATION_RUNS, CALIBRATION_WARMUP, False)]
+    order = [name for name, *_ in calls[2:]]
+    assert order == ["ref", "cand", "cand", "ref", "ref", "cand", "cand", "ref"]
+    assert {(runs, warmup) for _, runs, warmup, _ in calls[2:]} == {(5, BLOCK_WARMUP)}
+    assert len(window.pairs) == 4 and len(window.reference_ms) == len(window.candidate_ms) == 20
+    speedup, (low, high) = window.speedup()
+    assert speedup == pytest.approx(2.0) and low == pytest.approx(2.0) and high == pytest.approx(2.0)
+
+
+def test_paired_speedup_cancels_what_moves_both_sides_of_a_pair():
+    # The host slows down by 3x between the first and the second pair: each pair's ratio is still 2.
+    pairs = [([2.0, 2.1, 1.9], [1.0, 1.05, 0.95]), ([6.0, 6.3, 5.7], [3.0, 3.15, 2.85])]
+    speedup, (low, high) = paired_speedup(pairs)
+    assert speedup == pytest.approx(2.0)
+    assert low <= 2.0 <= high and high - low < 0.5
+
+
+def test_a_block_with_the_wrong_number_of_samples_or_a_non_finite_one_is_a_protocol_failure():
+    with pytest.raises(UserFailure) as caught:
+        TimedBlock.from_reply({"device_ms": [1.0, 1.0]}, runs=3, warmup=1, wall_s=0.01)
+    assert caught.value.kind == "protocol"
+    for bad in ([1.0, float("nan"), 1.0], [1.0, -1.0, 1.0], [1.0, True, 1.0]):
+        with pytest.raises(UserFailure):
+            TimedBlock.from_reply({"device_ms": bad}, runs=3, warmup=1, wall_s=0.01)
+    block = TimedBlock.from_reply({"device_ms": [1, 2, 3], "tampered": ["time.perf_counter"]}, runs=3, warmup=1,
+                                  wall_s=0.01)
+    assert block.calls == 4 and block.median_ms == 2.0 and block.tampered == ["time.perf_counter"]

@@ -77,6 +77,6 @@ def compile_timing(entry: CachedReference, cache: ReferenceCache, options: EvalO
     if cache.fresh(entry.compile_timing):
         assert entry.compile_timing is not None
         return entry.compile_timing
-    measured = measure(lambda runs, final: entry.judge.time(runs, deadline, compiled=True), options)
+    measured = measure(lambda runs, warmup, _: entry.judge.time(runs, warmup, deadline, compiled=True), options)
     entry.compile_timing = ReferenceTiming(measured.timed.device_ms, measured.runs, time.monotonic())
     return entry.compile_timing

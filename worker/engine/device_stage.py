@@ -23,7 +23,7 @@ from ..models import (
     EvalStatus,
     TimingReport,
 )
-from . import build, compile_baseline, timing_stats
+from . import build, clock_check, compile_baseline, timing_stats
 from .attribution import Attribution, attribute
 from .gpu_schedule import ALONE_STAGE
 from .judge import Comparison, JudgeSession
@@ -35,8 +35,8 @@ from .reference_cache import CachedReference, ProblemKey, ReferenceTiming, cache
 from .sandbox.process import PAYLOAD_KEY
 from .sandbox_pool import PoolEmpty, WarmRunner, pool_for
 from .settings import EngineSettings
-from .timing_protocol import Measurement, TimedRun, measure
-from .verification import SHAPE_RULE, Observations, runtime_rules
+from .timing_protocol import PairedWindow, TimedBlock, measure_paired
+from .verification import SHAPE_RULE, TAMPER_RULE, Observations, runtime_rules
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,10 @@ class DeviceStage:
                 if self._attribution.truncated:
                     self.builder.extra["trace_truncated"] = True
             tampered += list(traced.get("tampered") or [])
-        if tampered or not report.passed or self._shape_failure or not opts.timing:
+        # Tampering rejects (KJ-R01) unless the job switched that rule off: then timing runs, and its own
+        # evidence (the supervisor's clock) decides.
+        rejected_for_tampering = bool(tampered) and not is_disabled(TAMPER_RULE, opts.policy.disabled_rules)
+        if rejected_for_tampering or not report.passed or self._shape_failure or not opts.timing:
             return self._finish(report, self._observations(report, tampered=tampered))
 
         # Still in the shared "compare" schedule: a compile never holds the GPU exclusively.
@@ -292,64 +295,58 @@ class DeviceStage:
         assert step.baseline is not None
         return None if step.baseline.available else step.baseline.reason or "not available"
 
-    # -- timing (see timing_protocol) ---------------------------------------------------------
-    def _reference_timing(self, entry: CachedReference, deadline: float) -> ReferenceTiming:
-        if self.cache.timing_fresh(entry):
-            assert entry.timing is not None
-            return entry.timing
-        try:
-            measured = measure(lambda runs, final: entry.judge.time(runs, deadline), self.options)
-        except UserFailure as failure:
-            failure.message = f"reference timing: {failure.message}"
-            raise _ReferenceTimingFailure(failure) from failure
-        entry.timing = ReferenceTiming(measured.timed.device_ms, measured.runs, time.monotonic())
-        return entry.timing
-
+    # -- timing (see timing_protocol and clock_check) ----------------------------------------
     def _timing(self, entry: CachedReference, runner: WarmRunner, report: CorrectnessReport,
                 tampered: list[str], compile_missing: str | None) -> tuple[TimingReport, Observations]:
         opts = self.options
         deadline = time.monotonic() + opts.limits.timing_s
-        reference = self._reference_timing(entry, deadline)
         session = runner.session
 
-        def candidate_run(runs: int, final: bool) -> TimedRun:
-            start = time.monotonic()
-            reply = session.request("time", deadline, expect="timing", runs=runs, snapshot=final)
-            return TimedRun.from_reply(reply, time.monotonic() - start)
+        def reference_block(runs: int, warmup: int, _snapshot: bool) -> TimedBlock:
+            try:
+                return entry.judge.time(runs, warmup, deadline)
+            except UserFailure as failure:
+                failure.message = f"reference timing: {failure.message}"
+                raise _ReferenceTimingFailure(failure) from failure
 
-        measured: Measurement = measure(candidate_run, opts)
+        def candidate_block(runs: int, warmup: int, snapshot: bool) -> TimedBlock:
+            reply, wall_s = session.timed_request("time", deadline, expect="timing", runs=runs, warmup=warmup,
+                                                  snapshot=snapshot)
+            return TimedBlock.from_reply(reply, runs=runs, warmup=warmup, wall_s=wall_s)
+
+        window = measure_paired(reference_block, candidate_block, opts)
+        entry.timing = ReferenceTiming(window.reference_ms, len(window.reference_ms), time.monotonic())
+        # Outside the measured window: one call per input set, each output kept for the judge (KJ-R02).
+        kept = candidate_block(self.settings.timing_pool_size, 0, True)
         snapshot = session.request("timed_outputs", deadline)
         if PAYLOAD_KEY in snapshot:
             ok, message = self._judge_call("re-checking timed outputs",
                                            lambda: entry.judge.check_timed(snapshot, deadline))
         else:
             ok, message = False, "timed run: the candidate sent no outputs"
-        tampered = [*tampered, *measured.tampered, *(snapshot.get("tampered") or [])]
-        ref_stats = timing_stats.summarize(reference.device_ms)
-        cand_stats = measured.stats
-        speedup = ref_stats.median_ms / cand_stats.median_ms if cand_stats.median_ms > 0 else float("inf")
-        method = "cuda_events+l2_flush+device_sync" if opts.device == Device.cuda else "host_clock"
-        host = measured.timed.host_ms
-        age = round(reference.age_s(), 3)
+        tampered = [*tampered, *window.candidate_tampered, *kept.tampered, *(snapshot.get("tampered") or [])]
+        clock = clock_check.check(window, opts.device.value)
+        speedup, speedup_ci = window.speedup()
+        cand_stats = window.candidate_stats
         timing = TimingReport(
-            method=method, device=(self.builder.environment.gpu_name if self.builder.environment else None)
-            or opts.device.value,
-            reference=ref_stats, candidate=cand_stats, speedup=speedup,
-            speedup_ci95=timing_stats.speedup_ci(reference.device_ms, measured.timed.device_ms),
-            candidate_host_median_ms=timing_stats.summarize(host).median_ms if host else None,
-            reference_age_s=age,
+            method="cuda_events+l2_flush+device_sync" if opts.device == Device.cuda else "host_clock",
+            device=(self.builder.environment.gpu_name if self.builder.environment else None) or opts.device.value,
+            reference=window.reference_stats, candidate=cand_stats, speedup=speedup, speedup_ci95=speedup_ci,
+            pairs=len(window.pairs), candidate_host_median_ms=clock.supervisor_ms, clock_check=clock,
+            reference_age_s=0.0,
         )
-        self._add_compile_timing(timing, entry, measured, deadline, compile_missing)
+        self._add_compile_timing(timing, entry, window, deadline, compile_missing)
         observations = self._observations(
             report, tampered=tampered, timed_outputs_ok=ok, timed_outputs_message=message,
             candidate_device_median_ms=cand_stats.median_ms, candidate_device_std_ms=cand_stats.std_ms,
             speedup=speedup, min_bytes=entry.judge.generated.output_bytes if entry.judge.generated else 0,
+            clock_check=clock,
         )
-        self.builder.extra["timing_runs"] = {"reference": reference.runs, "candidate": measured.runs,
-                                             "reference_age_s": age}
+        self.builder.extra["timing_runs"] = {"reference": cand_stats.n, "candidate": cand_stats.n,
+                                             "pairs": len(window.pairs), "runs_per_block": window.runs_per_block}
         return timing, observations
 
-    def _add_compile_timing(self, timing: TimingReport, entry: CachedReference, measured: Measurement,
+    def _add_compile_timing(self, timing: TimingReport, entry: CachedReference, window: PairedWindow,
                             deadline: float, missing: str | None) -> None:
         """The compiled reference's timing and the speedup against it, taken after everything the
         verdict needs: a failure here loses the baseline (and the judge), never the verdict."""
@@ -366,9 +363,9 @@ class DeviceStage:
             timing.compile_baseline_missing = missing
             return
         stats = timing_stats.summarize(compiled.device_ms)
-        cand_ms = measured.stats.median_ms
+        cand_ms = window.candidate_stats.median_ms
         timing.compile_reference = stats
         timing.compile_reference_median_ms = stats.median_ms
         timing.compile_speedup = stats.median_ms / cand_ms if cand_ms > 0 else float("inf")
-        timing.compile_speedup_ci95 = timing_stats.speedup_ci(compiled.device_ms, measured.timed.device_ms)
+        timing.compile_speedup_ci95 = timing_stats.speedup_ci(compiled.device_ms, window.candidate_ms)
         timing.compile_reference_age_s = round(compiled.age_s(), 3)

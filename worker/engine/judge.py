@@ -12,7 +12,6 @@ candidate, serves one problem only, and is retired on the reference cache's sche
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from ..models import CorrectnessReport, Device, EvalOptions
@@ -20,7 +19,7 @@ from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from .sandbox import ResourceLimits
 from .sandbox.process import DEFAULT_MAX_PAYLOAD_BYTES, PAYLOAD_KEY
 from .settings import EngineSettings
-from .timing_protocol import TimedRun
+from .timing_protocol import TimedBlock
 
 # Input sets and outputs the judge sends or accepts: bounded so a broken reference cannot make
 # the supervisor buffer without limit.
@@ -131,10 +130,11 @@ class JudgeSession:
         return CompileBaseline(available=bool(reply.get("ok")), reason=str(reason)[:1000] if reason else None,
                                compile_s=float(reply.get("compile_s") or 0.0), compiles=int(reply.get("compiles") or 0))
 
-    def time(self, runs: int, deadline: float, *, compiled: bool = False) -> TimedRun:
-        start = time.monotonic()
-        reply = self.session.request("time", deadline, expect="timing", runs=runs, compiled=compiled)
-        return TimedRun.from_reply(reply, time.monotonic() - start)
+    def time(self, runs: int, warmup: int, deadline: float, *, compiled: bool = False) -> TimedBlock:
+        """One block of timed calls of the reference (or its compiled form), clocked by the supervisor."""
+        reply, wall_s = self.session.timed_request("time", deadline, expect="timing", runs=runs, warmup=warmup,
+                                                   compiled=compiled)
+        return TimedBlock.from_reply(reply, runs=runs, warmup=warmup, wall_s=wall_s)
 
     def close(self) -> None:
         self.session.process.close(grace_s=2.0)

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..models import SandboxKind
 from .sandbox import Mount, ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
 from .sandbox.bwrap import gpu_device_nodes
-from .sandbox.process import PAYLOAD_KEY, MarkedLog
+from .sandbox.process import PAYLOAD_KEY, RECEIVED_AT_KEY, MarkedLog
 from .sandbox_runtime.harness_output import USER_OUTPUT_MARK
 from .settings import EngineSettings
 
@@ -161,6 +161,13 @@ class RunnerSession:
         except (BrokenPipeError, OSError):
             pass  # the child is gone; _expect reports how it ended
         return self._expect((expect,), deadline)
+
+    def timed_request(self, op: str, deadline: float, expect: str = "done", **fields) -> tuple[dict, float]:
+        """`request`, and the supervisor's own clock around it in seconds: from just before the command
+        is written to when the reply's last byte was read."""
+        sent = time.monotonic()
+        reply = self.request(op, deadline, expect, **fields)
+        return reply, float(reply.get(RECEIVED_AT_KEY, time.monotonic())) - sent
 
     def _expect(self, events: tuple[str, ...], deadline: float) -> dict:
         try:

@@ -1,17 +1,24 @@
-"""One timing protocol for reference and candidate: calibrate, fix a count, time it once.
+"""One timing protocol: the reference and the candidate timed in alternating blocks, in one window.
 
-A short calibration run (a few calls) gives a median and a spread. From it the supervisor fixes
-the number of timed calls: enough for the requested relative standard error of the mean, at
-least `timing_min_runs`, at most `timing_max_runs` and at most what fits in `timing_budget_s`.
-The side is then timed once for exactly that many calls (the runner cannot stop early or late),
-and for the candidate one snapshot of its last output per input set is taken after the timed
-window and re-checked by the judge (KJ-R02). The speedup is the ratio of the medians of those
-timed runs; see sandbox_runtime/timer.py for what one sample measures.
+Both sides are timed by the same loop (sandbox_runtime/timer.py), each in its own process, while the
+job holds the device exclusively. A calibration block of each side gives medians and spreads; from
+them the supervisor fixes one count of timed calls for both sides: enough for the requested relative
+standard error of the mean, at least `timing_min_runs`, at most `timing_max_runs` and at most what
+the slower side fits in `timing_budget_s`. That count is split into a few blocks per side, timed as
+neighbours in ABBA order (R C, C R, R C, ...), so that clocks, thermal state and other load on the
+host move both sides of a pair alike: the speedup is the median of the pairs' ratios, and its
+confidence interval comes from resampling within the pairs (timing_stats.paired_speedup).
+
+The supervisor clocks every block itself (request sent to reply read): that evidence, which no code
+in the sandboxes can edit, is what the candidate's reported samples are checked against
+(worker/engine/clock_check.py). A last candidate block, outside the measurement, keeps one output per
+input set for the judge to re-check (KJ-R02).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,54 +27,141 @@ from . import timing_stats
 from .launch import UserFailure
 
 CALIBRATION_RUNS = 5
+CALIBRATION_WARMUP = 3
+# Each block starts with one untimed call: the other side's block ran on the device just before.
+BLOCK_WARMUP = 1
+MIN_BLOCK_RUNS = 5
+MAX_PAIRS = 8
 
 
 @dataclass
-class TimedRun:
-    """One timing request's samples, as the runner reported them."""
+class TimedBlock:
+    """One timing request's samples as the runner reported them, and the supervisor's clock around it."""
 
     device_ms: list[float]
-    host_ms: list[float]
+    warmup: int
     wall_s: float
     tampered: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_reply(cls, reply: dict, wall_s: float) -> TimedRun:
-        device_ms = reply.get("device_ms")
-        if not isinstance(device_ms, list) or not device_ms or not all(isinstance(x, (int, float)) for x in device_ms):
-            raise UserFailure("protocol", "timing reply holds no samples")
-        host_ms = [float(x) for x in reply.get("host_ms") or [] if isinstance(x, (int, float))]
-        return cls([float(x) for x in device_ms], host_ms, wall_s, [str(t) for t in reply.get("tampered") or []])
+    def from_reply(cls, reply: dict, *, runs: int, warmup: int, wall_s: float) -> TimedBlock:
+        samples = reply.get("device_ms")
+        valid = isinstance(samples, list) and len(samples) == runs and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+            for x in samples)
+        if not valid:
+            raise UserFailure("protocol", f"timing reply does not hold {runs} finite, non-negative samples")
+        return cls([float(x) for x in samples], warmup, wall_s, [str(t) for t in reply.get("tampered") or []])
+
+    @property
+    def calls(self) -> int:
+        return self.warmup + len(self.device_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.device_ms)
+
+
+# (runs, warmup, snapshot) -> the block; raises UserFailure.
+BlockRun = Callable[[int, int, bool], TimedBlock]
 
 
 @dataclass
+class PairedWindow:
+    """The interleaved measurement: calibration, then (reference, candidate) neighbours in timed order."""
+
+    calibration: tuple[TimedBlock, TimedBlock]
+    pairs: list[tuple[TimedBlock, TimedBlock]]
+    runs_per_block: int
+
+    @property
+    def reference_ms(self) -> list[float]:
+        return [x for reference, _ in self.pairs for x in reference.device_ms]
+
+    @property
+    def candidate_ms(self) -> list[float]:
+        return [x for _, candidate in self.pairs for x in candidate.device_ms]
+
+    @property
+    def reference_stats(self) -> TimingStats:
+        return timing_stats.summarize(self.reference_ms)
+
+    @property
+    def candidate_stats(self) -> TimingStats:
+        return timing_stats.summarize(self.candidate_ms)
+
+    def speedup(self) -> tuple[float, tuple[float, float]]:
+        """Median of the pairs' ratios, and its 95% interval."""
+        return timing_stats.paired_speedup([(r.device_ms, c.device_ms) for r, c in self.pairs])
+
+    @property
+    def candidate_tampered(self) -> list[str]:
+        blocks = [self.calibration[1], *(candidate for _, candidate in self.pairs)]
+        return [name for block in blocks for name in block.tampered]
+
+
+def _runs_for_rse(calibration_ms: list[float], options: EvalOptions) -> int:
+    stats = timing_stats.summarize(calibration_ms)
+    mean = max(stats.mean_ms, 1e-4)
+    return math.ceil((stats.std_ms / mean / options.timing_target_rse) ** 2)
+
+
+def _runs_in_budget(calibration_ms: list[float], options: EvalOptions) -> int:
+    median = max(statistics.median(calibration_ms), 1e-4)
+    return max(int(options.timing_budget_s * 1e3 / median), 1)
+
+
+def fixed_count(calibration_ms: list[float], options: EvalOptions) -> int:
+    """The number of timed calls for one side, from its calibration (see the module docstring)."""
+    return paired_count([calibration_ms], options)
+
+
+def paired_count(calibrations_ms: list[list[float]], options: EvalOptions) -> int:
+    """One count of timed calls for every side: what the noisiest side needs, what the slowest fits."""
+    wanted = max(max(_runs_for_rse(ms, options) for ms in calibrations_ms), options.timing_min_runs)
+    fits = min(_runs_in_budget(ms, options) for ms in calibrations_ms)
+    return max(1, min(wanted, fits, options.timing_max_runs))
+
+
+def block_plan(total_runs: int) -> tuple[int, int]:
+    """(pairs, runs per block) for `total_runs` timed calls per side: at least two pairs, so that the
+    pairs' spread is measured, and blocks of at least MIN_BLOCK_RUNS calls where the count allows."""
+    pairs = max(2, min(MAX_PAIRS, total_runs // MIN_BLOCK_RUNS))
+    return pairs, max(1, math.ceil(total_runs / pairs))
+
+
+def measure_paired(reference: BlockRun, candidate: BlockRun, options: EvalOptions) -> PairedWindow:
+    """Calibrate both sides, fix one count, then time them as neighbours in ABBA order."""
+    calibration = (reference(CALIBRATION_RUNS, CALIBRATION_WARMUP, False),
+                   candidate(CALIBRATION_RUNS, CALIBRATION_WARMUP, False))
+    total = paired_count([block.device_ms for block in calibration], options)
+    pairs, runs = block_plan(total)
+    timed: list[tuple[TimedBlock, TimedBlock]] = []
+    for index in range(pairs):
+        if index % 2 == 0:
+            ref_block = reference(runs, BLOCK_WARMUP, False)
+            cand_block = candidate(runs, BLOCK_WARMUP, False)
+        else:
+            cand_block = candidate(runs, BLOCK_WARMUP, False)
+            ref_block = reference(runs, BLOCK_WARMUP, False)
+        timed.append((ref_block, cand_block))
+    return PairedWindow(calibration, timed, runs)
+
+
+# -- one side alone (the torch.compile baseline's timing) --------------------------------------
+@dataclass
 class Measurement:
-    calibration: TimedRun
-    timed: TimedRun
+    calibration: TimedBlock
+    timed: TimedBlock
     runs: int
 
     @property
     def stats(self) -> TimingStats:
         return timing_stats.summarize(self.timed.device_ms)
 
-    @property
-    def tampered(self) -> list[str]:
-        return [*self.calibration.tampered, *self.timed.tampered]
 
-
-def fixed_count(calibration_ms: list[float], options: EvalOptions) -> int:
-    """The number of timed calls, from the calibration's median and spread (see the module docstring)."""
-    stats = timing_stats.summarize(calibration_ms)
-    median = max(stats.median_ms, 1e-4)
-    mean = max(stats.mean_ms, 1e-4)
-    for_rse = math.ceil((stats.std_ms / mean / options.timing_target_rse) ** 2)
-    fits_budget = max(int(options.timing_budget_s * 1e3 / median), 1)
-    wanted = max(for_rse, options.timing_min_runs)
-    return max(1, min(wanted, fits_budget, options.timing_max_runs))
-
-
-def measure(run: Callable[[int, bool], TimedRun], options: EvalOptions) -> Measurement:
-    """`run(count, final)` times `count` calls; `final` marks the run whose outputs are kept."""
-    calibration = run(CALIBRATION_RUNS, False)
+def measure(run: BlockRun, options: EvalOptions) -> Measurement:
+    """Calibrate one side, fix its count, time it once."""
+    calibration = run(CALIBRATION_RUNS, CALIBRATION_WARMUP, False)
     runs = fixed_count(calibration.device_ms, options)
-    return Measurement(calibration, run(runs, True), runs)
+    return Measurement(calibration, run(runs, CALIBRATION_WARMUP, False), runs)

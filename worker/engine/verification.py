@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..models import InputCheckReport, PolicyConfig, PrecisionReport, RuleHit
+from ..models import ClockCheckReport, InputCheckReport, PolicyConfig, PrecisionReport, RuleHit
+from . import clock_check
 from .attribution import Attribution
 from .policy.registry import is_disabled
 
 SHAPE_RULE = "KJ-R09-shape-specialised"
+TAMPER_RULE = "KJ-R01-tampered-harness"
 
 # A reported time below this share of an independent measurement, by more than the noise
 # measured in the same job (and at least the minimum gap), is flagged (KJ-R04).
@@ -39,6 +41,8 @@ class Observations:
     # Why the doubled-batch trial failed (None: passed, skipped or not run).
     shape_trial_failure: str | None = None
     device: str = "cpu"
+    # The candidate's samples against the supervisor's clock (None: not timed).
+    clock_check: ClockCheckReport | None = None
 
 
 def _names(names: list[str]) -> str:
@@ -50,7 +54,7 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
     hits: list[RuleHit] = []
     if obs.tampered:
         hits.append(RuleHit(
-            rule="KJ-R01-tampered-harness", severity="reject",
+            rule=TAMPER_RULE, severity="reject",
             message="the candidate rebound functions the evaluation relies on (timers, sync, comparison)",
             evidence=", ".join(sorted(set(obs.tampered))),
         ))
@@ -62,6 +66,7 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
             evidence=obs.timed_outputs_message,
         ))
     hits.extend(_stream_and_clock_rules(obs))
+    hits.extend(clock_check.rule_hits(obs.clock_check))
     if obs.speedup is not None and obs.speedup > policy.max_speedup:
         hits.append(RuleHit(
             rule="KJ-R05-implausible-speedup", severity="flag",

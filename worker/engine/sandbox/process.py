@@ -11,6 +11,7 @@ import resource
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 
 from . import bwrap
@@ -19,6 +20,9 @@ from .spec import ResourceLimits, SandboxSpec
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# Set on every message: the supervisor's clock when its last byte was read (time.monotonic()), taken on
+# the reader thread, so a timing request's wall time does not include the hand-over to the waiting thread.
+RECEIVED_AT_KEY = "_received_at"
 # Tensor bytes after a message line (see sandbox_runtime/wire); raised per process by its user
 # when larger payloads are expected (the judge's inputs, a candidate's outputs of known size).
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
@@ -235,6 +239,7 @@ class SandboxProcess:
                     if done < size:
                         break
                     message[PAYLOAD_KEY] = data
+                message[RECEIVED_AT_KEY] = time.monotonic()
                 self.messages.put(message)
         self.messages.put(None)
 

@@ -142,6 +142,7 @@ class Runner:
         path = os.path.join(folder, "module.py")
         with open(path, "w") as handle:
             handle.write(command["source"])
+        self.integrity.seal_harness()
         mark_user_output_start()  # the log the supervisor returns begins here
         self.module = load_module(path, f"kj_{self.role}")
         missing = [name for name in REQUIRED_NAMES[self.role] if not hasattr(self.module, name)]
@@ -178,13 +179,15 @@ class Runner:
     def _send_timing(self, model, command: dict) -> None:
         try:
             samples = timer.time_model(model, self.pool, self.device, runs=command["runs"],
+                                       warmup=int(command.get("warmup", timer.WARMUP_RUNS)),
                                        snapshot=bool(command.get("snapshot")))
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "while timing forward") from exc
         # Kept for `timed_outputs`, which sends them outside the externally clocked request.
-        self.last_timed = samples.last_outputs
-        self.channel.send("timing", device_ms=samples.device_ms, host_ms=samples.host_ms,
-                          warmup_runs=samples.warmup_runs, tampered=self.integrity.changed())
+        if samples.last_outputs:
+            self.last_timed = samples.last_outputs
+        self.channel.send("timing", device_ms=samples.device_ms, warmup_runs=samples.warmup_runs,
+                          tampered=self.integrity.changed())
 
 
 class CandidateRunner(Runner):

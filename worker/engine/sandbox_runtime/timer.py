@@ -10,11 +10,13 @@ triton.testing.do_bench measures). A device-wide synchronisation after each call
 iteration, so work that escaped onto another stream cannot spill into the next sample. Inputs
 rotate through a pool of distinct input sets, so no pointer or value repeats between calls.
 
-CPU: a host clock around each call. On GPU a short host-clocked pass (synchronised before and
-after each call) follows, reported so the supervisor can see time spent outside the events.
+CPU: a host clock around each call.
 
 Clock and sync functions are bound here at import time, before user code is loaded, so a
-candidate that rebinds torch.cuda.synchronize or time.perf_counter does not change them.
+candidate that rebinds torch.cuda.synchronize or time.perf_counter does not change them. A
+candidate that reaches into this module instead (it shares the process) can still forge what it
+reports: the supervisor never believes these samples alone, but checks them against its own
+clock around each block of calls (worker/engine/clock_check.py).
 """
 
 from __future__ import annotations
@@ -26,46 +28,21 @@ from dataclasses import dataclass, field
 import torch
 
 _perf_counter = time.perf_counter
-_monotonic = time.monotonic
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
 _cuda_sync = getattr(torch._C, "_cuda_synchronize", None)
 _current_stream = torch.cuda.current_stream
 _Event = torch.cuda.Event
 
 WARMUP_RUNS = 3
-HOST_CLOCK_RUNS = 10
 L2_FLUSH_MIN_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
 class TimingSamples:
     device_ms: list[float] = field(default_factory=list)
-    host_ms: list[float] = field(default_factory=list)
     warmup_runs: int = 0
     # Last output produced for each pool slot, re-checked against the reference outside.
     last_outputs: dict[int, object] = field(default_factory=dict)
-
-
-class DeviceClock:
-    """Marks on the device's timeline: CUDA events on the current stream, or the host clock."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-
-    def mark(self) -> object:
-        if not self.cuda:
-            return _perf_counter()
-        event = _Event(enable_timing=True)
-        _EventBase.record(event, _current_stream())
-        return event
-
-    def settle(self) -> None:
-        if self.cuda:
-            _cuda_sync()
-
-    def elapsed_ms(self, start: object, end: object) -> float:
-        """Valid after settle()."""
-        return _EventBase.elapsed_time(start, end) if self.cuda else (end - start) * 1e3
 
 
 class _GpuIteration:
@@ -85,15 +62,6 @@ class _GpuIteration:
         _EventBase.record(self.end, stream)
         _cuda_sync()
         return _EventBase.elapsed_time(self.start, self.end), out
-
-    def host_run(self, call: Callable[[], object]) -> float:
-        """Host milliseconds of one call between device-wide synchronisations."""
-        self.flush.zero_()
-        _cuda_sync()
-        t0 = _perf_counter()
-        call()
-        _cuda_sync()
-        return (_perf_counter() - t0) * 1e3
 
 
 _gpu_iterations: dict[torch.device, _GpuIteration] = {}
@@ -122,17 +90,18 @@ def _snapshot(out: object) -> object:
 
 
 def time_model(model: Callable[..., object], pool: list[list], device: torch.device, *, runs: int,
-               snapshot: bool = False) -> TimingSamples:
-    """Time `runs` calls of `model` over the input pool, after a short warm-up.
+               warmup: int = WARMUP_RUNS, snapshot: bool = False) -> TimingSamples:
+    """Time `runs` calls of `model` over the input pool, after `warmup` untimed calls.
 
-    With `snapshot`, a copy of the last output for each pool slot is kept (taken after the timed
-    window), for the judge to re-check: an output buffer reused across calls must still hold that
-    slot's answer."""
-    cuda = device.type == "cuda"
-    iteration = _gpu_iteration(device) if cuda else _CpuIteration()
+    The supervisor times one block of calls per request and alternates the reference's blocks with the
+    candidate's (worker/engine/timing_protocol.py); its own clock around each request is the evidence
+    the samples reported here are checked against (worker/engine/clock_check.py). With `snapshot`, a
+    copy of the last output for each pool slot is kept (taken after the timed window), for the judge to
+    re-check: an output buffer reused across calls must still hold that slot's answer."""
+    iteration = _gpu_iteration(device) if device.type == "cuda" else _CpuIteration()
     result = TimingSamples()
     with torch.no_grad():
-        for i in range(WARMUP_RUNS):
+        for i in range(max(int(warmup), 0)):
             args = pool[i % len(pool)]
             iteration.run(lambda a=args: model(*a))
             result.warmup_runs += 1
@@ -143,10 +112,4 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
             result.device_ms.append(device_ms)
             if snapshot:
                 result.last_outputs[slot] = _snapshot(out)
-        if cuda:
-            for i in range(min(HOST_CLOCK_RUNS, max(int(runs), 1))):
-                args = pool[i % len(pool)]
-                result.host_ms.append(iteration.host_run(lambda a=args: model(*a)))
-        else:
-            result.host_ms = list(result.device_ms)
     return result

@@ -1,0 +1,53 @@
+"""Claimed times against the supervisor's clock: forged samples are rejected, honest noise is not."""
+
+from __future__ import annotations
+
+import random
+
+from worker.engine.clock_check import RULE, check, outside_ms, rule_hits
+from worker.engine.timing_protocol import PairedWindow, TimedBlock
+
+LOOP_MS = 0.12  # per call outside the samples: flush, sync, the loop
+
+
+def _block(true_ms: float, reported_ms: float, runs: int, rng: random.Random, *, jitter_ms: float = 0.0,
+           request_ms: float = 1.0) -> TimedBlock:
+    wall_ms = request_ms + (runs + 1) * (true_ms + LOOP_MS) + rng.uniform(0, jitter_ms)
+    return TimedBlock([reported_ms * rng.uniform(0.99, 1.01) for _ in range(runs)], 1, wall_ms / 1e3)
+
+
+def _window(ref_ms: float, cand_true_ms: float, cand_reported_ms: float, *, pairs: int = 8, runs: int = 50,
+            jitter_ms: float = 0.0, seed: int = 0) -> PairedWindow:
+    rng = random.Random(seed)
+    blocks = [(_block(ref_ms, ref_ms, runs, rng, jitter_ms=jitter_ms),
+               _block(cand_true_ms, cand_reported_ms, runs, rng, jitter_ms=jitter_ms)) for _ in range(pairs)]
+    return PairedWindow(blocks[0], blocks, runs)
+
+
+def test_outside_time_is_what_the_samples_do_not_account_for():
+    block = TimedBlock([1.0, 1.0, 1.0], 1, (1.0 + 4 * 1.5) / 1e3)
+    assert abs(outside_ms(block) - (7.0 - 4.0) / 4) < 1e-9
+
+
+def test_honest_candidates_pass_on_gpu_and_on_a_jittery_cpu():
+    for seed in range(20):
+        assert check(_window(0.5, 0.05, 0.05, seed=seed), "cuda").passed
+        report = check(_window(2.0, 1.0, 1.0, pairs=2, runs=5, jitter_ms=5.0, seed=seed), "cpu")
+        assert report.passed, report
+        assert check(_window(100.0, 20.0, 20.0, pairs=8, runs=19, jitter_ms=10.0, seed=seed), "cuda").passed
+    assert rule_hits(check(_window(0.5, 0.05, 0.05), "cuda")) == []
+
+
+def test_a_candidate_reporting_a_tenth_of_its_time_is_rejected_with_both_figures():
+    report = check(_window(0.5, 0.4, 0.04), "cuda")
+    assert not report.passed
+    assert report.claimed_ms < 0.05 and report.supervisor_ms > 0.35
+    [hit] = rule_hits(report)
+    assert hit.rule == RULE and hit.severity == "reject"
+    assert "reported 0.0400 ms" in hit.evidence and "allows 0.3" in hit.evidence
+
+
+def test_forgery_is_caught_even_among_noisy_pairs_on_cpu():
+    # A Triton kernel under the interpreter takes ~100 ms; the forger reports a hundredth of it.
+    report = check(_window(2.0, 100.0, 1.0, pairs=2, runs=5, jitter_ms=5.0), "cpu")
+    assert not report.passed and report.supervisor_ms > 90.0

@@ -1,0 +1,68 @@
+"""Timing the candidate cannot forge: its samples are checked against the supervisor's own clock.
+
+The forging candidate is a red-team case: an honest Triton add whose import reaches the harness's timer
+through `torch.sys.modules` and makes its clocks run a thousand times slow. Every static rule and the
+harness-integrity rule (KJ-R01) are off for these jobs, so only the run-time evidence can catch it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.redteam.corpus import load_corpus
+from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
+from worker.engine import evaluate
+from worker.engine.clock_check import RULE
+from worker.engine.policy.registry import RULES
+from worker.models import EvalOptions, EvalRequest, EvalStatus, PolicyConfig
+
+FORGERY = next(case for case in load_corpus() if case.id == "c3_clock_forgery_via_sys_modules")
+ALL_STATIC_OFF = [rule.id for rule in RULES]
+
+
+def _evaluate(settings, reference: str, candidate: str, *, device: str = "cpu", disabled: tuple = ()):
+    options = EvalOptions(device=device, timing=True, timing_budget_s=0.5,
+                          policy=PolicyConfig(disabled_rules=[*ALL_STATIC_OFF, *disabled]))
+    return evaluate(EvalRequest(reference=reference, candidate=candidate, options=options), settings=settings)
+
+
+def _assert_forgery_rejected_by_the_clock(result):
+    assert result.status == EvalStatus.rejected, (result.status, result.error, result.rules)
+    [hit] = [h for h in result.rules if h.rule == RULE]
+    assert hit.severity == "reject" and "the supervisor's clock allows" in hit.evidence
+    clock = result.timing.clock_check
+    assert not clock.passed
+    # The samples claimed a thousandth of the time: the supervisor's clock sees the real time.
+    assert clock.supervisor_ms > 100 * clock.claimed_ms, clock
+    assert result.reward == 0.0
+
+
+def test_forged_clock_is_rejected_by_the_supervisors_clock_alone(settings):
+    result = _evaluate(settings, FORGERY.reference_source, FORGERY.candidate_source, disabled=("KJ-R01",))
+    _assert_forgery_rejected_by_the_clock(result)
+    assert not any(h.rule.startswith("KJ-R01") for h in result.rules)
+
+
+def test_the_harness_watch_also_names_the_patched_timer_bindings(settings):
+    result = _evaluate(settings, FORGERY.reference_source, FORGERY.candidate_source)
+    assert result.status == EvalStatus.rejected and result.reward == 0.0
+    [watch] = [h for h in result.rules if h.rule.startswith("KJ-R01")]
+    assert watch.severity == "reject" and "sandbox_runtime.timer._perf_counter" in watch.evidence
+    assert result.timing is None  # rejected before timing: nothing a tampered process reports is timed
+
+
+def test_an_honest_candidate_agrees_with_the_supervisors_clock(settings):
+    result = _evaluate(settings, SILU_REFERENCE, HONEST_SILU)
+    assert result.status == EvalStatus.ok, (result.error, result.rules)
+    timing = result.timing
+    assert timing.clock_check.passed and timing.pairs == timing.clock_check.pairs - 1 >= 2
+    assert timing.speedup_ci95[0] <= timing.speedup <= timing.speedup_ci95[1]
+    assert timing.reference.n == timing.candidate.n == result.extra["timing_runs"]["candidate"]
+    assert not result.rules, result.rules
+
+
+@pytest.mark.gpu
+def test_forged_cuda_events_are_rejected_on_the_gpu(settings):
+    result = _evaluate(settings, FORGERY.reference_source, FORGERY.candidate_source, device="cuda",
+                       disabled=("KJ-R01",))
+    _assert_forgery_rejected_by_the_clock(result)
