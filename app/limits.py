@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 
 class RateLimiter:
@@ -46,9 +47,9 @@ class BodySizeLimit:
                 try:
                     declared = int(value)
                 except ValueError:
-                    return await _reply(send, 400, "Content-Length is not a number")
+                    return await reply_json(send, 400, "Content-Length is not a number")
                 if declared > self.max_bytes:
-                    return await _reply(send, 413, self._message())
+                    return await reply_json(send, 413, self._message())
         received = 0
         too_large = False
         response_started = False
@@ -69,7 +70,7 @@ class BodySizeLimit:
                 # The app turned the aborted read into its own error (FastAPI: 400); answer 413 instead.
                 if message["type"] == "http.response.start" and not response_started:
                     response_started = True
-                    await _reply(send, 413, self._message())
+                    await reply_json(send, 413, self._message())
                 return
             if message["type"] == "http.response.start":
                 response_started = True
@@ -79,10 +80,10 @@ class BodySizeLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _BodyTooLarge:
             if not response_started:
-                await _reply(send, 413, self._message())
+                await reply_json(send, 413, self._message())
         except Exception:
             if too_large and not response_started:
-                await _reply(send, 413, self._message())
+                await reply_json(send, 413, self._message())
             else:
                 raise
 
@@ -94,7 +95,7 @@ class _BodyTooLarge(Exception):
     pass
 
 
-async def _reply(send, status: int, detail: str) -> None:
+async def reply_json(send, status: int, detail: Any) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})

@@ -16,6 +16,7 @@ from worker.jobs.store import JobStore
 from worker.jobs.store.callbacks import CallbackSender
 
 from . import dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
+from .body_checks import StrictJsonBody
 from .dispatch import CeleryDispatcher, EmbeddedDispatcher
 from .limits import BodySizeLimit, RateLimiter
 from .metrics import RequestMetrics, ServiceMetrics
@@ -74,7 +75,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dashboard_api.router)
     dashboard.install(app)
     _install_error_handlers(app)
-    # Outermost first: the body limit runs before anything reads the body.
+    # Added innermost first: the body limit runs before anything reads the body, and bounds what
+    # the body check reads whole.
+    app.add_middleware(StrictJsonBody)
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app

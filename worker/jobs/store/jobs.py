@@ -21,6 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from .json_text import to_json_text
 from .records import (
     ACTIVE_STATUSES,
     IN_FLIGHT_STATUSES,
@@ -32,6 +33,7 @@ from .records import (
     Problem,
 )
 from .recovery import JobRecovery, died_reason
+from .repair import repair_stored_json
 from .schema import Base, JobRow, ProblemRow, add_missing_columns
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,7 @@ class JobStore(JobRecovery):
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         Base.metadata.create_all(self.engine)
         add_missing_columns(self.engine)
+        repair_stored_json(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -180,8 +183,8 @@ class JobStore(JobRecovery):
             updated_at=now,
             finished_at=now if finished else None,
             problem_id=new.problem_id,
-            submission=json.dumps(new.submission),
-            result=json.dumps(new.result) if finished else None,
+            submission=to_json_text(new.submission),
+            result=to_json_text(new.result, jsonb_safe=True) if finished else None,
             verdict=new.verdict,
             attempts=0,
             api_key_id=new.api_key_id,
@@ -358,7 +361,7 @@ class JobStore(JobRecovery):
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.status.in_(IN_FLIGHT_STATUSES), JobRow.attempts == attempt)
                 .values(status=JobStatus.done.value, finished_at=now, updated_at=now,
-                        result=json.dumps(result), verdict=verdict, error=None)
+                        result=to_json_text(result, jsonb_safe=True), verdict=verdict, error=None)
             )
             return outcome.rowcount == 1
 

@@ -65,6 +65,15 @@ class ProblemRow(Base):
     degenerate_reference: Mapped[bool | None] = mapped_column(Boolean)
 
 
+class StoreMetaRow(Base):
+    """Facts about the store itself, e.g. which one-time data repairs already ran."""
+
+    __tablename__ = "store_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text, nullable=False)
+
+
 def add_missing_columns(engine: Engine) -> None:
     """create_all() makes missing tables, not missing columns: add the nullable columns a newer
     version defines to a store an older version created, so its data survives the upgrade."""
