@@ -1,6 +1,7 @@
 """Submission logic shared by the single, batch and reward endpoints.
 
-Turns a validated EvaluationCreate into a stored job: registers the reference as a problem,
+Turns a validated EvaluationCreate into a stored job: registers the reference as a problem
+(owned by the key when new),
 extracts code from a completion (a completion without code is finished at once with
 format = 0, no worker needed), applies the queue quota and limits, and dispatches.
 """
@@ -110,7 +111,8 @@ class Submitter:
                                   "unknown problem_id; register the reference first with POST /v1/problems")
             problem_id = problem.id
         else:
-            problem, _ = self.store.put_problem(body.reference)  # type: ignore[arg-type]
+            # Registered (owned) by this key when new; an existing problem is left as it is.
+            problem, _ = self.store.put_problem(body.reference, key_id=principal.key_id)  # type: ignore[arg-type]
             problem_id = problem.id
         options = body.options.model_dump(mode="json", exclude_unset=False)
         submission: dict[str, Any] = {"options": options}

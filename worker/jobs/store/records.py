@@ -98,8 +98,10 @@ class Problem:
     reference: str
     name: str | None
     created_at: float
+    # The profile the jobs of the key it was read for get (JobStore.get_problem); None: partial.
     profile: str | None = None
     degenerate_reference: bool | None = None
+    owner_key_id: str | None = None  # the registering API key; None: the operator's (or unrecorded)
 
 
 @dataclass
