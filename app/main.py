@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     store = JobStore(settings.resolved_database_url())
     metrics = ServiceMetrics()
     events = JobEvents()
-    callbacks = CallbackSender()
+    callbacks = CallbackSender(settings.callbacks)
     if settings.broker_url:
         dispatcher = CeleryDispatcher(settings.broker_url)
     else:

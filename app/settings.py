@@ -12,7 +12,9 @@ KERNELJUDGE_DEVICE          auto | cpu | cuda  (device of the embedded workers)
 KERNELJUDGE_MAX_BODY_BYTES, KERNELJUDGE_MAX_BATCH, KERNELJUDGE_MAX_WAIT_S,
 KERNELJUDGE_REWARD_WAIT_S, KERNELJUDGE_RATE_LIMIT (requests/s per key), KERNELJUDGE_RATE_BURST,
 KERNELJUDGE_MAX_ACTIVE_PER_KEY, KERNELJUDGE_MAX_QUEUE, KERNELJUDGE_ALLOW_UNSANDBOXED,
-KERNELJUDGE_JOB_TIME_LIMIT_S (a job in flight longer than this is failed), KERNELJUDGE_CALLBACK_SECRET
+KERNELJUDGE_JOB_TIME_LIMIT_S (a job in flight longer than this is failed)
+KERNELJUDGE_CALLBACK_SECRET signs callbacks; without it `callback_url` is refused
+KERNELJUDGE_CALLBACK_ALLOW  non-public hosts/CIDRs callbacks may still reach (worker/jobs/store/callback_target.py)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worker.jobs.store.callbacks import CallbackConfig
 from worker.jobs.store.jobs import (
     DEFAULT_JOB_TIME_LIMIT_S,
     default_data_dir,
@@ -92,6 +95,7 @@ class Settings:
     max_queue: int = 20000
     allow_unsandboxed: bool = False
     job_time_limit_s: float = DEFAULT_JOB_TIME_LIMIT_S
+    callbacks: CallbackConfig = field(default_factory=CallbackConfig)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -118,6 +122,7 @@ class Settings:
             max_queue=_env_int("KERNELJUDGE_MAX_QUEUE", cls.max_queue),
             allow_unsandboxed=_env_bool("KERNELJUDGE_ALLOW_UNSANDBOXED"),
             job_time_limit_s=job_time_limit_from_env(),
+            callbacks=CallbackConfig.from_env(),
         )
 
     def resolved_database_url(self) -> str:
