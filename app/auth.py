@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from .caps import JobCaps
 from .settings import key_hash
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API key from KERNELJUDGE_API_KEYS.")
@@ -18,6 +19,7 @@ OPEN_KEY_ID = "open"
 class Principal:
     key_id: str
     admin: bool
+    caps: JobCaps = JobCaps()
 
     def can_see(self, owner_key_id: str) -> bool:
         return self.admin or owner_key_id == self.key_id
@@ -26,14 +28,14 @@ class Principal:
 def _lookup(request: Request, raw_key: str | None) -> Principal:
     settings = request.app.state.settings
     if settings.open_mode:
-        return Principal(OPEN_KEY_ID, admin=True)
+        return Principal(OPEN_KEY_ID, admin=True, caps=settings.admin_job_caps)
     if not raw_key:
         raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'",
                             headers={"WWW-Authenticate": "Bearer"})
     found = settings.api_keys.get(key_hash(raw_key))
     if found is None:
         raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
-    return Principal(found.key_id, found.admin)
+    return Principal(found.key_id, found.admin, found.caps)
 
 
 def _rate_limit(request: Request, principal: Principal) -> None:

@@ -1,7 +1,7 @@
 """Submission logic shared by the single, batch and reward endpoints.
 
-Turns a validated EvaluationCreate into a stored job: registers the reference as a problem
-(owned by the key when new),
+Turns a validated EvaluationCreate into a stored job: applies the key's job caps (app/caps.py)
+and checks the callback, registers the reference as a problem (owned by the key when new),
 extracts code from a completion (a completion without code is finished at once with
 format = 0, no worker needed), applies the queue quota and limits, and dispatches.
 """
@@ -105,6 +105,10 @@ class Submitter:
         if body.options.sandbox.value == "none" and not self.settings.allow_unsandboxed:
             raise field_error((*loc_prefix, "options", "sandbox"),
                               "sandbox 'none' is disabled on this server (KERNELJUDGE_ALLOW_UNSANDBOXED)")
+        options = body.options.model_dump(mode="json", exclude_unset=False)
+        over_cap = principal.caps.violations({"options": options, "priority": body.priority}, loc_prefix)
+        if over_cap:
+            raise SubmissionError(422, over_cap)
         callback_url = self._checked_callback(body, loc_prefix)
         if body.problem_id is not None:
             problem = self.store.get_problem(body.problem_id)
@@ -116,7 +120,6 @@ class Submitter:
             # Registered (owned) by this key when new; an existing problem is left as it is.
             problem, _ = self.store.put_problem(body.reference, key_id=principal.key_id)  # type: ignore[arg-type]
             problem_id = problem.id
-        options = body.options.model_dump(mode="json", exclude_unset=False)
         submission: dict[str, Any] = {"options": options}
         if callback_url is not None:
             submission["callback_url"] = callback_url
