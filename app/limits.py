@@ -1,7 +1,9 @@
-"""Per-key rate limiting (token bucket) and the request body size limit (ASGI middleware)."""
+"""Rate limits (token buckets: per API key, and failed authentications per address) and the request
+body size limit (ASGI middleware)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import threading
 import time
@@ -9,13 +11,21 @@ from typing import Any
 
 
 class RateLimiter:
-    """Token bucket per API key: `rate` requests/s sustained, bursts up to `burst`. In-process."""
+    """Token bucket per key: `rate` requests/s sustained, bursts up to `burst`. In-process.
 
-    def __init__(self, rate: float, burst: int):
+    At most `max_keys` buckets are kept: past that, full buckets (the same as no bucket) are
+    dropped, then the oldest, so keys an attacker invents cannot fill the memory."""
+
+    def __init__(self, rate: float, burst: int, max_keys: int = 100_000):
         self.rate = rate
         self.burst = max(1, burst)
+        self.max_keys = max_keys
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
         self._lock = threading.Lock()
+
+    def _tokens(self, key: str, now: float) -> float:
+        tokens, last = self._buckets.get(key, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - last) * self.rate)
 
     def acquire(self, key: str, cost: float = 1.0) -> float | None:
         """Take `cost` tokens; None if allowed, else seconds to wait before retrying."""
@@ -23,13 +33,64 @@ class RateLimiter:
             return None
         now = time.monotonic()
         with self._lock:
-            tokens, last = self._buckets.get(key, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            tokens = self._tokens(key, now)
             if tokens >= cost:
                 self._buckets[key] = (tokens - cost, now)
+                if len(self._buckets) > self.max_keys:
+                    self._prune(now)
                 return None
             self._buckets[key] = (tokens, now)
             return (cost - tokens) / self.rate
+
+    def peek(self, key: str, cost: float = 1.0) -> float | None:
+        """Like `acquire` without taking anything: None if `cost` tokens are there, else the wait."""
+        if self.rate <= 0:
+            return None
+        with self._lock:
+            tokens = self._tokens(key, time.monotonic())
+        return None if tokens >= cost else (cost - tokens) / self.rate
+
+    def _prune(self, now: float) -> None:
+        for key in [k for k in self._buckets if self._tokens(k, now) >= self.burst]:
+            del self._buckets[key]
+        for key in list(self._buckets)[: max(0, len(self._buckets) - self.max_keys)]:
+            del self._buckets[key]
+
+
+class FailedAuthLimiter:
+    """Failed authentications (missing or unknown key) per client address, with a global backstop.
+
+    An address that used up its failures is answered 429 before any key it sends is looked at, so
+    guessing keys from one address is slow; other addresses, and their keys, are not affected.
+    The global bucket bounds the failures of all addresses together: past it a failure is answered
+    429 instead of 401, but a valid key still gets in, so a flood from many addresses locks no
+    one out. IPv6 clients count per /64 (one host usually holds a whole /64).
+    """
+
+    def __init__(self, rate: float, burst: int, global_rate: float):
+        self.per_address = RateLimiter(rate, burst)
+        self.overall = RateLimiter(global_rate, max(10, int(global_rate * 10)))  # ten seconds' worth
+
+    @staticmethod
+    def address_key(host: str | None) -> str:
+        try:
+            address = ipaddress.ip_address(host or "")
+        except ValueError:
+            return host or "unknown"
+        if isinstance(address, ipaddress.IPv6Address):
+            if address.ipv4_mapped is not None:
+                return str(address.ipv4_mapped)
+            return str(ipaddress.IPv6Network((address, 64), strict=False))
+        return str(address)
+
+    def blocked(self, address: str) -> float | None:
+        """Seconds until `address` may try a key again; None when it may now."""
+        return self.per_address.peek(address)
+
+    def failed(self, address: str) -> float | None:
+        """Count one failure; seconds to wait when the service-wide budget is spent, else None."""
+        self.per_address.acquire(address)
+        return self.overall.acquire("all")
 
 
 class BodySizeLimit:

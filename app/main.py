@@ -18,7 +18,7 @@ from worker.jobs.store.callbacks import CallbackSender
 from . import dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
 from .body_checks import StrictJsonBody
 from .dispatch import CeleryDispatcher, EmbeddedDispatcher
-from .limits import BodySizeLimit, RateLimiter
+from .limits import BodySizeLimit, FailedAuthLimiter, RateLimiter
 from .metrics import RequestMetrics, ServiceMetrics
 from .service import Submitter
 from .settings import Settings
@@ -67,6 +67,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.events = events
     app.state.dispatcher = dispatcher
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_burst)
+    app.state.auth_failures = FailedAuthLimiter(settings.auth_fail_rate_per_s, settings.auth_fail_burst,
+                                                settings.auth_fail_global_rate_per_s)
     app.state.submitter = Submitter(store, settings, dispatcher, metrics, callbacks)
 
     app.include_router(routes_evaluations.router)

@@ -7,6 +7,9 @@ KERNELJUDGE_API_KEYS_FILE   file with one key per line (same syntax, # comments)
 KERNELJUDGE_JOB_CAPS        caps of every key's jobs, `name=value` items (app/caps.py: run_s, timing_s,
                             build_s, timing_budget_s, trials, timing_max_runs, priority)
 KERNELJUDGE_ADMIN_JOB_CAPS  the same for admin keys (default: the request models' own bounds)
+KERNELJUDGE_AUTH_FAIL_RATE, KERNELJUDGE_AUTH_FAIL_BURST: failed authentications per second (and
+                            burst) one client address may make before it is answered 429;
+                            KERNELJUDGE_AUTH_FAIL_GLOBAL_RATE: the same for all addresses together
 KERNELJUDGE_OPEN            "1": no keys needed; only allowed when bound to a loopback address
 KERNELJUDGE_DATA_DIR        SQLite file location (default ./data)
 KERNELJUDGE_DATABASE_URL    SQLAlchemy URL instead of SQLite (postgresql://... uses psycopg3)
@@ -108,6 +111,9 @@ class Settings:
     job_time_limit_s: float = DEFAULT_JOB_TIME_LIMIT_S
     callbacks: CallbackConfig = field(default_factory=CallbackConfig)
     admin_job_caps: JobCaps = field(default_factory=JobCaps.model_maxima)  # open mode's too
+    auth_fail_rate_per_s: float = 1.0
+    auth_fail_burst: int = 30
+    auth_fail_global_rate_per_s: float = 100.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -139,6 +145,10 @@ class Settings:
             job_time_limit_s=job_time_limit_from_env(),
             callbacks=CallbackConfig.from_env(),
             admin_job_caps=admin_caps,
+            auth_fail_rate_per_s=_env_float("KERNELJUDGE_AUTH_FAIL_RATE", cls.auth_fail_rate_per_s),
+            auth_fail_burst=_env_int("KERNELJUDGE_AUTH_FAIL_BURST", cls.auth_fail_burst),
+            auth_fail_global_rate_per_s=_env_float("KERNELJUDGE_AUTH_FAIL_GLOBAL_RATE",
+                                                   cls.auth_fail_global_rate_per_s),
         )
 
     def resolved_database_url(self) -> str:
