@@ -36,11 +36,11 @@ def _lookup(request: Request, raw_key: str | None) -> Principal:
         return Principal(OPEN_KEY_ID, admin=True, caps=settings.admin_job_caps)
     failures = request.app.state.auth_failures
     address = failures.address_key(request.client.host if request.client else None)
-    blocked = failures.blocked(address)
-    if blocked is not None:
-        raise _too_many("too many failed authentications from this address; retry after the Retry-After delay "
-                        "with a valid key", blocked)
     found = settings.api_keys.get(key_hash(raw_key)) if raw_key else None
+    refused = failures.refusal(address, found.key_id if found else None)
+    if refused is not None:
+        raise _too_many("too many failed authentications from this address; retry after the Retry-After delay "
+                        "with a valid key", refused)
     if found is None:
         overloaded = failures.failed(address)
         if overloaded is not None:
@@ -50,6 +50,7 @@ def _lookup(request: Request, raw_key: str | None) -> Principal:
             raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'",
                                 headers={"WWW-Authenticate": "Bearer"})
         raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
+    failures.succeeded(address, found.key_id)
     return Principal(found.key_id, found.admin, found.caps)
 
 

@@ -7,6 +7,7 @@ import ipaddress
 import json
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 
@@ -60,16 +61,21 @@ class RateLimiter:
 class FailedAuthLimiter:
     """Failed authentications (missing or unknown key) per client address, with a global backstop.
 
-    An address that used up its failures is answered 429 before any key it sends is looked at, so
-    guessing keys from one address is slow; other addresses, and their keys, are not affected.
+    An address that used up its failures is refused (429) whatever key it sends, so guessing keys
+    from one address is slow and a right guess looks like a wrong one; the exception is a key that
+    already authenticated from that address before, so a flood from behind a shared address (one
+    NAT) does not lock out the people already working there. Other addresses are not affected.
     The global bucket bounds the failures of all addresses together: past it a failure is answered
-    429 instead of 401, but a valid key still gets in, so a flood from many addresses locks no
-    one out. IPv6 clients count per /64 (one host usually holds a whole /64).
+    429 instead of 401, but a valid key still gets in, so a flood from many addresses locks no one
+    out. IPv6 clients count per /64 (one host usually holds a whole /64).
     """
 
-    def __init__(self, rate: float, burst: int, global_rate: float):
+    def __init__(self, rate: float, burst: int, global_rate: float, max_known: int = 100_000):
         self.per_address = RateLimiter(rate, burst)
         self.overall = RateLimiter(global_rate, max(10, int(global_rate * 10)))  # ten seconds' worth
+        self.max_known = max_known
+        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()  # (address, key id), oldest first
+        self._lock = threading.Lock()
 
     @staticmethod
     def address_key(host: str | None) -> str:
@@ -83,9 +89,21 @@ class FailedAuthLimiter:
             return str(ipaddress.IPv6Network((address, 64), strict=False))
         return str(address)
 
-    def blocked(self, address: str) -> float | None:
-        """Seconds until `address` may try a key again; None when it may now."""
-        return self.per_address.peek(address)
+    def refusal(self, address: str, key_id: str | None) -> float | None:
+        """Seconds until `address` may try keys again, None when this request may go on: the address
+        has failures left, or `key_id` (the valid key it sent) authenticated from it before."""
+        wait = self.per_address.peek(address)
+        if wait is None or key_id is None:
+            return wait
+        with self._lock:
+            return None if (address, key_id) in self._known else wait
+
+    def succeeded(self, address: str, key_id: str) -> None:
+        with self._lock:
+            self._known[(address, key_id)] = None
+            self._known.move_to_end((address, key_id))
+            while len(self._known) > self.max_known:
+                self._known.popitem(last=False)
 
     def failed(self, address: str) -> float | None:
         """Count one failure; seconds to wait when the service-wide budget is spent, else None."""

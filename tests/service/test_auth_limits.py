@@ -7,7 +7,7 @@ import httpx
 
 from app.limits import FailedAuthLimiter, RateLimiter
 
-from .helpers import USER_KEY
+from .helpers import OTHER_KEY, USER_KEY
 
 BURST = 5
 
@@ -19,19 +19,23 @@ def _client(live, key: str | None, source: str = "127.0.0.1") -> httpx.Client:
                         transport=httpx.HTTPTransport(local_address=source))
 
 
-def test_a_flood_of_bad_keys_from_one_address_gets_429_and_other_addresses_are_unaffected(serve):
+def test_a_flood_of_bad_keys_from_one_address_gets_429_and_real_keys_keep_working(serve):
     # The failure budget refills about never during the test: what is spent stays spent.
     live = serve(auth_fail_rate_per_s=0.001, auth_fail_burst=BURST, auth_fail_global_rate_per_s=1000)
+    with _client(live, OTHER_KEY, "127.0.0.2") as colleague:  # works from the attacker's address (one NAT)
+        assert colleague.get("/v1/dashboard/session").status_code == 200
     with _client(live, "guess", "127.0.0.2") as attacker:
         statuses = [attacker.get("/v1/dashboard/session").status_code for _ in range(BURST + 3)]
         limited = attacker.get("/v1/dashboard/session")
     assert statuses == [401] * BURST + [429] * 3
     assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
     assert "failed authentications from this address" in limited.json()["detail"]
-    # The blocked address is refused before any key is looked at (guessing stays slow)...
-    with _client(live, USER_KEY, "127.0.0.2") as same_address:
-        assert same_address.get("/v1/dashboard/session").status_code == 429
-    # ...while the real key, from its own address, works, and so does a newcomer's first mistake.
+    # From the blocked address a right guess looks like a wrong one (guessing stays slow)...
+    with _client(live, USER_KEY, "127.0.0.2") as guessed:
+        assert guessed.get("/v1/dashboard/session").status_code == 429
+    # ...a key that already worked from there keeps working, and every other address is untouched.
+    with _client(live, OTHER_KEY, "127.0.0.2") as colleague:
+        assert colleague.get("/v1/dashboard/session").status_code == 200
     with _client(live, USER_KEY, "127.0.0.3") as real:
         assert real.get("/v1/dashboard/session").status_code == 200
     with _client(live, "typo", "127.0.0.4") as newcomer:
@@ -62,6 +66,16 @@ def test_ipv6_clients_count_per_64_and_ipv4_mapped_as_ipv4():
     assert key("2001:db8:1:3::1") != key("2001:db8:1:2::1")
     assert key("::ffff:192.0.2.7") == key("192.0.2.7") == "192.0.2.7"
     assert key(None) == "unknown"
+
+
+def test_the_known_key_table_stays_bounded():
+    limiter = FailedAuthLimiter(rate=0.001, burst=1, global_rate=1000, max_known=3)
+    for n in range(5):
+        limiter.succeeded(f"10.0.0.{n}", "key")
+    limiter.failed("10.0.0.0")
+    limiter.failed("10.0.0.4")
+    assert limiter.refusal("10.0.0.0", "key") is not None  # forgotten: the oldest went first
+    assert limiter.refusal("10.0.0.4", "key") is None
 
 
 def test_the_bucket_table_stays_bounded():
