@@ -5,6 +5,7 @@ problem with another profile, and one of A's rejected candidates became ok)."""
 from __future__ import annotations
 
 import sqlite3
+import uuid
 
 from app.settings import key_id_for
 from worker.jobs.store import JobStore, NewJob, problem_id_for
@@ -90,7 +91,7 @@ def test_batch_registration_follows_the_same_rules(queued_server):
 
 
 def test_each_keys_jobs_get_their_own_profile(store):
-    reference = REFERENCE + f"# {store.url}\n"
+    reference = REFERENCE + f"# {uuid.uuid4().hex}\n"  # PostgreSQL is shared across runs
     problem, created = store.put_problem(reference, profile="full", key_id=A)
     assert created and problem.owner_key_id == A
     store.put_problem(reference, name="theirs", profile="partial", key_id=B)
