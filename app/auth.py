@@ -1,4 +1,5 @@
-"""API key authentication (`Authorization: Bearer <key>`) and per-key rate limiting."""
+"""API key authentication (`Authorization: Bearer <key>`), per-key rate limiting, and the limit on
+failed authentications per client address (app/limits.py FailedAuthLimiter)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from .caps import JobCaps
 from .settings import key_hash
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API key from KERNELJUDGE_API_KEYS.")
@@ -18,29 +20,44 @@ OPEN_KEY_ID = "open"
 class Principal:
     key_id: str
     admin: bool
+    caps: JobCaps = JobCaps()
 
     def can_see(self, owner_key_id: str) -> bool:
         return self.admin or owner_key_id == self.key_id
 
 
+def _too_many(message: str, retry_after: float) -> HTTPException:
+    return HTTPException(429, message, headers={"Retry-After": str(max(1, int(retry_after + 0.999)))})
+
+
 def _lookup(request: Request, raw_key: str | None) -> Principal:
     settings = request.app.state.settings
     if settings.open_mode:
-        return Principal(OPEN_KEY_ID, admin=True)
-    if not raw_key:
-        raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'",
-                            headers={"WWW-Authenticate": "Bearer"})
-    found = settings.api_keys.get(key_hash(raw_key))
+        return Principal(OPEN_KEY_ID, admin=True, caps=settings.admin_job_caps)
+    failures = request.app.state.auth_failures
+    address = failures.address_key(request.client.host if request.client else None)
+    found = settings.api_keys.get(key_hash(raw_key)) if raw_key else None
+    refused = failures.refusal(address, found.key_id if found else None)
+    if refused is not None:
+        raise _too_many("too many failed authentications from this address; retry after the Retry-After delay "
+                        "with a valid key", refused)
     if found is None:
+        overloaded = failures.failed(address)
+        if overloaded is not None:
+            raise _too_many("too many failed authentications on this server; retry after the Retry-After delay",
+                            overloaded)
+        if not raw_key:
+            raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'",
+                                headers={"WWW-Authenticate": "Bearer"})
         raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
-    return Principal(found.key_id, found.admin)
+    failures.succeeded(address, found.key_id)
+    return Principal(found.key_id, found.admin, found.caps)
 
 
 def _rate_limit(request: Request, principal: Principal) -> None:
     retry_after = request.app.state.rate_limiter.acquire(principal.key_id)
     if retry_after is not None:
-        raise HTTPException(429, "rate limit exceeded for this API key; retry after the Retry-After delay",
-                            headers={"Retry-After": str(max(1, int(retry_after + 0.999)))})
+        raise _too_many("rate limit exceeded for this API key; retry after the Retry-After delay", retry_after)
 
 
 async def authenticate(request: Request,

@@ -16,8 +16,9 @@ from worker.jobs.store import JobStore
 from worker.jobs.store.callbacks import CallbackSender
 
 from . import api_docs, dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
+from .body_checks import StrictJsonBody
 from .dispatch import CeleryDispatcher, EmbeddedDispatcher
-from .limits import BodySizeLimit, RateLimiter
+from .limits import BodySizeLimit, FailedAuthLimiter, RateLimiter
 from .metrics import RequestMetrics, ServiceMetrics
 from .service import Submitter
 from .settings import Settings
@@ -34,7 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     store = JobStore(settings.resolved_database_url())
     metrics = ServiceMetrics()
     events = JobEvents()
-    callbacks = CallbackSender()
+    callbacks = CallbackSender(settings.callbacks)
     if settings.broker_url:
         dispatcher = CeleryDispatcher(settings.broker_url)
     else:
@@ -68,6 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.events = events
     app.state.dispatcher = dispatcher
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_burst)
+    app.state.auth_failures = FailedAuthLimiter(settings.auth_fail_rate_per_s, settings.auth_fail_burst,
+                                                settings.auth_fail_global_rate_per_s)
     app.state.submitter = Submitter(store, settings, dispatcher, metrics, callbacks)
 
     app.include_router(routes_evaluations.router)
@@ -77,7 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     dashboard.install(app)
     api_docs.install(app)
     _install_error_handlers(app)
-    # Outermost first: the body limit runs before anything reads the body.
+    # Added innermost first: the body limit runs before anything reads the body, and bounds what
+    # the body check reads whole.
+    app.add_middleware(StrictJsonBody)
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
@@ -11,6 +10,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from worker.jobs.store import TERMINAL_STATUSES, Job, public_job
+from worker.jobs.store.json_text import to_json_text
 
 from .auth import Principal, authenticate
 from .schemas import BatchCreate, BatchItem, BatchResponse, EvaluationCreate, ItemError, JobList, JobView
@@ -183,6 +183,6 @@ def export_evaluations(request: Request,
             record = public_job(job)
             record["submission"] = job.submission
             record["reference"] = references[job.problem_id]
-            yield (json.dumps(record) + "\n").encode()
+            yield (to_json_text(record) + "\n").encode()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")

@@ -32,22 +32,44 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 
-def _problem_view(problem: Problem) -> ProblemView:
+def _problem_view(problem: Problem, principal: Principal, note: str | None = None) -> ProblemView:
     return ProblemView(id=problem.id, name=problem.name, created_at=iso_time(problem.created_at) or "",
                        reference=problem.reference, profile=problem.profile or "partial",
-                       degenerate_reference=problem.degenerate_reference)
+                       degenerate_reference=problem.degenerate_reference,
+                       registered_by_you=problem.owner_key_id == principal.key_id, note=note)
+
+
+def _registration_note(body: ProblemCreate, problem: Problem, created: bool, principal: Principal) -> str | None:
+    """What a registration of an existing problem by a key that does not own it did not change."""
+    if created or problem.owner_key_id == principal.key_id:
+        return None
+    kept = []
+    if body.name is not None and body.name != problem.name:
+        kept.append("its name is kept (only its owner or an admin key renames it)")
+    if body.profile is not None:
+        kept.append(f"profile {body.profile!r} is yours: it applies to this key's jobs only")
+    if not kept:
+        return None
+    return "this reference was registered before by another API key or the operator, whose settings are " \
+           "unchanged: " + "; ".join(kept)
+
+
+def _register(store, body: ProblemCreate, principal: Principal) -> tuple[ProblemView, bool]:
+    problem, created = store.put_problem(body.reference, body.name, body.profile, key_id=principal.key_id,
+                                         admin=principal.admin)
+    return _problem_view(problem, principal, _registration_note(body, problem, created, principal)), created
 
 
 @router.post("/v1/problems", response_model=ProblemView, status_code=201, tags=["problems"],
              responses={200: {"model": ProblemView, "description": "Already registered"}})
 async def register_problem(body: ProblemCreate, request: Request, response: Response,
                            principal: Principal = Depends(authenticate)) -> ProblemView:
-    """Register a reference once; its id is the sha256 of the source. Registering again is harmless."""
-    problem, created = await asyncio.to_thread(request.app.state.store.put_problem, body.reference, body.name,
-                                               body.profile)
+    """Register a reference once; its id is the sha256 of the source. Registering again is harmless: it
+    changes a problem's name and profile only for its owner; another key's profile applies to its own jobs."""
+    view, created = await asyncio.to_thread(_register, request.app.state.store, body, principal)
     response.status_code = 201 if created else 200
-    response.headers["Location"] = f"/v1/problems/{problem.id}"
-    return _problem_view(problem)
+    response.headers["Location"] = f"/v1/problems/{view.id}"
+    return view
 
 
 @router.post("/v1/problems:batch", response_model=ProblemBatchResponse, tags=["problems"],
@@ -71,8 +93,8 @@ async def register_problems(body: ProblemBatchCreate, request: Request,
                 detail = clean_errors(exc, ("body", "items", index))
                 out.append(ProblemBatchItem(index=index, error=ItemError(status=422, detail=detail)))
                 continue
-            problem, created = store.put_problem(item.reference, item.name, item.profile)
-            out.append(ProblemBatchItem(index=index, problem=_problem_view(problem), created=created))
+            view, created = _register(store, item, principal)
+            out.append(ProblemBatchItem(index=index, problem=view, created=created))
         return out
 
     items = await asyncio.to_thread(register_all)
@@ -85,10 +107,10 @@ async def register_problems(body: ProblemBatchCreate, request: Request,
             responses={404: {"description": "Unknown id"}})
 async def read_problem(request: Request, problem_id: str = Path(pattern=PROBLEM_ID_PATTERN),
                        principal: Principal = Depends(authenticate)) -> ProblemView:
-    problem = await asyncio.to_thread(request.app.state.store.get_problem, problem_id)
+    problem = await asyncio.to_thread(request.app.state.store.get_problem, problem_id, principal.key_id)
     if problem is None:
         raise not_found("problem", problem_id)
-    return _problem_view(problem)
+    return _problem_view(problem, principal)
 
 
 @router.get("/v1/health", response_model=Health, tags=["system"])

@@ -121,7 +121,8 @@ class ProblemCreate(BaseModel):
     reference: str
     name: str | None = Field(default=None, max_length=200)
     profile: PolicyProfile | None = Field(
-        default=None, description="Policy profile of this problem's jobs unless a job names one: partial or full.")
+        default=None, description="Policy profile of your key's jobs on this problem unless a job names one: "
+                                  "partial or full. Never changes another key's jobs.")
 
     @field_validator("reference")
     @classmethod
@@ -139,7 +140,12 @@ class ProblemView(BaseModel):
     name: str | None = None
     created_at: str
     reference: str
-    profile: PolicyProfile = Field(default="partial", description="Profile its jobs get unless they name one.")
+    profile: PolicyProfile = Field(default="partial", description=(
+        "Profile your key's jobs get unless they name one: the one your key registered it with, else the "
+        "owner's for the owner (and for everyone on a problem the operator registered), else partial."))
+    registered_by_you: bool = Field(default=False, description="Your key registered it first (it owns it).")
+    note: str | None = Field(default=None, description=(
+        "Set when this registration left settings of another key's problem unchanged, saying which."))
     degenerate_reference: bool | None = Field(
         default=None, description="The reference's outputs barely depend on its inputs, as its last finished "
                                   "evaluation measured (null: not measured yet).")

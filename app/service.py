@@ -1,6 +1,7 @@
 """Submission logic shared by the single, batch and reward endpoints.
 
-Turns a validated EvaluationCreate into a stored job: registers the reference as a problem,
+Turns a validated EvaluationCreate into a stored job: applies the key's job caps (app/caps.py)
+and checks the callback, registers the reference as a problem (owned by the key when new),
 extracts code from a completion (a completion without code is finished at once with
 format = 0, no worker needed), applies the queue quota and limits, and dispatches.
 """
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.jobs.store import IdempotencyConflict, Job, JobStore, NewJob
+from worker.jobs.store.callback_target import CallbackRefused, check_destination
 
 from .auth import Principal
 from .dispatch import DispatchError
@@ -103,6 +105,11 @@ class Submitter:
         if body.options.sandbox.value == "none" and not self.settings.allow_unsandboxed:
             raise field_error((*loc_prefix, "options", "sandbox"),
                               "sandbox 'none' is disabled on this server (KERNELJUDGE_ALLOW_UNSANDBOXED)")
+        options = body.options.model_dump(mode="json", exclude_unset=False)
+        over_cap = principal.caps.violations({"options": options, "priority": body.priority}, loc_prefix)
+        if over_cap:
+            raise SubmissionError(422, over_cap)
+        callback_url = self._checked_callback(body, loc_prefix)
         if body.problem_id is not None:
             problem = self.store.get_problem(body.problem_id)
             if problem is None:
@@ -110,12 +117,12 @@ class Submitter:
                                   "unknown problem_id; register the reference first with POST /v1/problems")
             problem_id = problem.id
         else:
-            problem, _ = self.store.put_problem(body.reference)  # type: ignore[arg-type]
+            # Registered (owned) by this key when new; an existing problem is left as it is.
+            problem, _ = self.store.put_problem(body.reference, key_id=principal.key_id)  # type: ignore[arg-type]
             problem_id = problem.id
-        options = body.options.model_dump(mode="json", exclude_unset=False)
         submission: dict[str, Any] = {"options": options}
-        if body.callback_url is not None:
-            submission["callback_url"] = str(body.callback_url)
+        if callback_url is not None:
+            submission["callback_url"] = callback_url
         result = verdict = None
         if body.completion is not None:
             submission["completion"] = body.completion
@@ -132,6 +139,21 @@ class Submitter:
             submission["candidate"] = body.candidate
         return NewJob(problem_id=problem_id, submission=submission, api_key_id=principal.key_id,
                       priority=body.priority, idempotency_key=idempotency_key, result=result, verdict=verdict)
+
+    def _checked_callback(self, body: EvaluationCreate, loc_prefix: tuple) -> str | None:
+        """The callback URL, refused early (422) when it could never be delivered: no secret to sign it,
+        or a destination that is not public. The check that counts runs again when it is sent."""
+        if body.callback_url is None:
+            return None
+        url, loc = str(body.callback_url), (*loc_prefix, "callback_url")
+        if not self.settings.callbacks.enabled:
+            raise field_error(loc, "callbacks are off on this server: it has no KERNELJUDGE_CALLBACK_SECRET to sign "
+                                   "them; poll the job (or wait with ?wait=) instead")
+        try:
+            check_destination(url, self.settings.callbacks.allow)
+        except CallbackRefused as refused:
+            raise field_error(loc, str(refused)) from None
+        return url
 
 
 def _extract(completion: str):

@@ -1,8 +1,15 @@
 """Service configuration, read from the environment (`kerneljudge serve` flags override some).
 
 KERNELJUDGE_API_KEYS        comma-separated keys; a key ending in ":admin" may also export and
-                            read every client's jobs
+                            read every client's jobs; `name=value` items after a key, separated by
+                            spaces, are that key's own job caps ("key1 run_s=900 trials=50,key2")
 KERNELJUDGE_API_KEYS_FILE   file with one key per line (same syntax, # comments)
+KERNELJUDGE_JOB_CAPS        caps of every key's jobs, `name=value` items (app/caps.py: run_s, timing_s,
+                            build_s, timing_budget_s, trials, timing_max_runs, priority)
+KERNELJUDGE_ADMIN_JOB_CAPS  the same for admin keys (default: the request models' own bounds)
+KERNELJUDGE_AUTH_FAIL_RATE, KERNELJUDGE_AUTH_FAIL_BURST: failed authentications per second (and
+                            burst) one client address may make before it is answered 429;
+                            KERNELJUDGE_AUTH_FAIL_GLOBAL_RATE: the same for all addresses together
 KERNELJUDGE_OPEN            "1": no keys needed; only allowed when bound to a loopback address
 KERNELJUDGE_DATA_DIR        SQLite file location (default ./data)
 KERNELJUDGE_DATABASE_URL    SQLAlchemy URL instead of SQLite (postgresql://... uses psycopg3)
@@ -12,7 +19,9 @@ KERNELJUDGE_DEVICE          auto | cpu | cuda  (device of the embedded workers)
 KERNELJUDGE_MAX_BODY_BYTES, KERNELJUDGE_MAX_BATCH, KERNELJUDGE_MAX_WAIT_S,
 KERNELJUDGE_REWARD_WAIT_S, KERNELJUDGE_RATE_LIMIT (requests/s per key), KERNELJUDGE_RATE_BURST,
 KERNELJUDGE_MAX_ACTIVE_PER_KEY, KERNELJUDGE_MAX_QUEUE, KERNELJUDGE_ALLOW_UNSANDBOXED,
-KERNELJUDGE_JOB_TIME_LIMIT_S (a job in flight longer than this is failed), KERNELJUDGE_CALLBACK_SECRET
+KERNELJUDGE_JOB_TIME_LIMIT_S (a job in flight longer than this is failed)
+KERNELJUDGE_CALLBACK_SECRET signs callbacks; without it `callback_url` is refused
+KERNELJUDGE_CALLBACK_ALLOW  non-public hosts/CIDRs callbacks may still reach (worker/jobs/store/callback_target.py)
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worker.jobs.store.callbacks import CallbackConfig
 from worker.jobs.store.jobs import (
     DEFAULT_JOB_TIME_LIMIT_S,
     default_data_dir,
@@ -29,11 +39,14 @@ from worker.jobs.store.jobs import (
     sqlite_url,
 )
 
+from .caps import JobCaps
+
 
 @dataclass(frozen=True)
 class ApiKey:
     key_id: str  # stored with jobs instead of the key itself
     admin: bool
+    caps: JobCaps = JobCaps()
 
 
 def key_hash(raw_key: str) -> str:
@@ -45,16 +58,20 @@ def key_id_for(raw_key: str) -> str:
     return "key_" + hashlib.sha256(raw_key.encode()).hexdigest()[:16]
 
 
-def parse_keys(text: str) -> dict[str, ApiKey]:
-    """Map sha256(key) -> ApiKey, from comma- or newline-separated entries `KEY` or `KEY:admin`."""
+def parse_keys(text: str, caps: JobCaps = JobCaps(), admin_caps: JobCaps | None = None) -> dict[str, ApiKey]:
+    """Map sha256(key) -> ApiKey, from comma- or newline-separated entries `KEY` or `KEY:admin`, each
+    optionally followed by the key's own caps as space-separated `name=value` items."""
+    admin_caps = admin_caps if admin_caps is not None else JobCaps.model_maxima()
     keys: dict[str, ApiKey] = {}
     for entry in text.replace("\n", ",").split(","):
-        entry = entry.split("#", 1)[0].strip()
-        if not entry:
+        tokens = entry.split("#", 1)[0].split()
+        if not tokens:
             continue
-        admin = entry.endswith(":admin")
-        raw = entry[: -len(":admin")] if admin else entry
-        keys[key_hash(raw)] = ApiKey(key_id_for(raw), admin)
+        key, cap_items = tokens[0], tokens[1:]
+        admin = key.endswith(":admin")
+        raw = key[: -len(":admin")] if admin else key
+        own_caps = (admin_caps if admin else caps).with_items(" ".join(cap_items), f"caps of key {key_id_for(raw)}")
+        keys[key_hash(raw)] = ApiKey(key_id_for(raw), admin, own_caps)
     return keys
 
 
@@ -92,6 +109,11 @@ class Settings:
     max_queue: int = 20000
     allow_unsandboxed: bool = False
     job_time_limit_s: float = DEFAULT_JOB_TIME_LIMIT_S
+    callbacks: CallbackConfig = field(default_factory=CallbackConfig)
+    admin_job_caps: JobCaps = field(default_factory=JobCaps.model_maxima)  # open mode's too
+    auth_fail_rate_per_s: float = 1.0
+    auth_fail_burst: int = 30
+    auth_fail_global_rate_per_s: float = 100.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -100,8 +122,11 @@ class Settings:
         if keys_file:
             keys_text += "\n" + Path(keys_file).read_text()
         workers = os.environ.get("KERNELJUDGE_LOCAL_WORKERS")
+        caps = JobCaps().with_items(os.environ.get("KERNELJUDGE_JOB_CAPS", ""), "KERNELJUDGE_JOB_CAPS")
+        admin_caps = JobCaps.model_maxima().with_items(os.environ.get("KERNELJUDGE_ADMIN_JOB_CAPS", ""),
+                                                       "KERNELJUDGE_ADMIN_JOB_CAPS")
         return cls(
-            api_keys=parse_keys(keys_text),
+            api_keys=parse_keys(keys_text, caps, admin_caps),
             open_mode=_env_bool("KERNELJUDGE_OPEN"),
             data_dir=default_data_dir(),
             database_url=os.environ.get("KERNELJUDGE_DATABASE_URL") or None,
@@ -118,6 +143,12 @@ class Settings:
             max_queue=_env_int("KERNELJUDGE_MAX_QUEUE", cls.max_queue),
             allow_unsandboxed=_env_bool("KERNELJUDGE_ALLOW_UNSANDBOXED"),
             job_time_limit_s=job_time_limit_from_env(),
+            callbacks=CallbackConfig.from_env(),
+            admin_job_caps=admin_caps,
+            auth_fail_rate_per_s=_env_float("KERNELJUDGE_AUTH_FAIL_RATE", cls.auth_fail_rate_per_s),
+            auth_fail_burst=_env_int("KERNELJUDGE_AUTH_FAIL_BURST", cls.auth_fail_burst),
+            auth_fail_global_rate_per_s=_env_float("KERNELJUDGE_AUTH_FAIL_GLOBAL_RATE",
+                                                   cls.auth_fail_global_rate_per_s),
         )
 
     def resolved_database_url(self) -> str:

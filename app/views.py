@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -11,9 +13,22 @@ from worker.jobs.store import Job, public_job
 from .schemas import JobView
 from .service import SubmissionError
 
+log = logging.getLogger(__name__)
+
 
 def job_view(job: Job) -> JobView:
-    return JobView.model_validate(public_job(job))
+    """The job as the API shows it. A stored result that is no EvalResult (another version wrote it,
+    or someone edited the store) is shown as none, with `error` saying why: never a 500."""
+    record = public_job(job)
+    try:
+        return JobView.model_validate(record)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        log.warning("job %s: stored result is not an evaluation result: %s", job.id, exc)
+        record["result"] = None
+        record["error"] = ("the stored result of this job cannot be read as an evaluation result (written by "
+                           f"another version, or edited): {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        return JobView.model_validate(record)
 
 
 def http_error(error: SubmissionError) -> HTTPException:

@@ -8,7 +8,7 @@ trainer-side client can use it without the worker's dependencies.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -59,10 +59,16 @@ class SandboxKind(str, Enum):
     none = "none"
 
 
+# Request models refuse NaN and infinities (the API also refuses them in any JSON body).
+REQUEST_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
+# Custom reward weights: bounded so that weight * component stays a finite float.
+MAX_REWARD_WEIGHT = 1000.0
+
+
 class StageLimits(BaseModel):
     """Wall-clock limits in seconds for each stage of one evaluation."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST_CONFIG
 
     build_s: float = Field(default=300.0, gt=0, le=3600)
     run_s: float = Field(default=120.0, gt=0, le=3600)
@@ -75,7 +81,7 @@ PolicyProfile = Literal["partial", "full"]
 class PolicyConfig(BaseModel):
     """Reward-hacking policy for one job."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST_CONFIG
 
     # partial (KernelBench's contract): PyTorch may keep some operators, but at least one kernel of
     # the candidate's own must run and do part of the work; library compute lowers `coverage`.
@@ -86,13 +92,13 @@ class PolicyConfig(BaseModel):
     # Rule ids to switch off for this job (e.g. to allow cuBLAS calls).
     disabled_rules: list[str] = Field(default_factory=list)
     # Reward given to a `flagged` evaluation (suspicious but not proven cheating).
-    flagged_reward: float = 0.0
+    flagged_reward: float = Field(default=0.0, ge=-MAX_REWARD_WEIGHT, le=MAX_REWARD_WEIGHT)
     # A speedup above this is flagged as implausible.
     max_speedup: float = Field(default=100.0, gt=1.0)
 
 
 class EvalOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST_CONFIG
 
     trials: int = Field(default=5, ge=1, le=100, description="Correctness trials, each with fresh inputs.")
     atol: float | None = Field(default=None, ge=0, description="Absolute tolerance; default by dtype.")
@@ -102,7 +108,7 @@ class EvalOptions(BaseModel):
     timing_target_rse: float = Field(default=0.005, gt=0, le=1, description="Stop once std error/mean < this.")
     timing_min_runs: int = Field(default=10, ge=3, le=10_000)
     timing_max_runs: int = Field(default=2000, ge=3, le=100_000)
-    seed: int | None = Field(default=None, ge=0, description="Master seed; secret and random by default.")
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1, description="Master seed; secret and random by default.")
     device: Device = Device.cpu
     backend: Backend | None = Field(default=None, description="Override backend detection.")
     sandbox: SandboxKind = SandboxKind.bwrap
@@ -114,14 +120,14 @@ class EvalOptions(BaseModel):
     reward_baseline: Literal["eager", "compile"] = Field(default="eager", description=(
         "Which speedup the reward's `speedup` component is: against the eager reference or against "
         "torch.compile of it (falls back to eager, saying so in extra.reward_baseline, when there is none)."))
-    reward_weights: dict[str, float] | None = Field(
+    reward_weights: dict[str, Annotated[float, Field(ge=-MAX_REWARD_WEIGHT, le=MAX_REWARD_WEIGHT)]] | None = Field(
         default=None, description="Custom weights over reward components (preset 'custom')."
     )
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
 
 
 class EvalRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST_CONFIG
 
     reference: str = Field(description="KernelBench reference source: Model, get_inputs, get_init_inputs.")
     candidate: str = Field(description="Candidate source defining ModelNew.")

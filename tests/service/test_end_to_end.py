@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 
-from worker.jobs.store.callbacks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from worker.jobs.store.callback_target import CallbackAllowList
+from worker.jobs.store.callbacks import SIGNATURE_HEADER, TIMESTAMP_HEADER, CallbackConfig, sign
 
 from .helpers import USER_KEY, make_settings, poll_until, start_server
 from .sources import (
@@ -37,8 +38,10 @@ class _Receiver(BaseHTTPRequestHandler):
         pass
 
 
-def test_submit_wait_poll_and_signed_callback(working_server, monkeypatch):
-    monkeypatch.setenv("KERNELJUDGE_CALLBACK_SECRET", SECRET)
+def test_submit_wait_poll_and_signed_callback(serve):
+    # The receiver is on loopback: the allow-list names it (callbacks go to public addresses only).
+    working_server = serve(local_workers=1,
+                           callbacks=CallbackConfig(secret=SECRET, allow=CallbackAllowList.parse("127.0.0.1")))
     receiver = HTTPServer(("127.0.0.1", 0), _Receiver)
     _Receiver.received = []
     threading.Thread(target=receiver.serve_forever, daemon=True).start()

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from .json_text import to_json_text
 from .records import (
     ACTIVE_STATUSES,
     IN_FLIGHT_STATUSES,
@@ -32,7 +33,8 @@ from .records import (
     Problem,
 )
 from .recovery import JobRecovery, died_reason
-from .schema import Base, JobRow, ProblemRow, add_missing_columns
+from .repair import repair_stored_json
+from .schema import Base, JobRow, ProblemProfileRow, ProblemRow, add_missing_columns
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ class JobStore(JobRecovery):
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         Base.metadata.create_all(self.engine)
         add_missing_columns(self.engine)
+        repair_stored_json(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -122,33 +125,71 @@ class JobStore(JobRecovery):
 
     # ---- problems -------------------------------------------------------------------------
 
-    def put_problem(self, reference: str, name: str | None = None,
-                    profile: str | None = None) -> tuple[Problem, bool]:
-        """Register a reference; returns (problem, created). The id is sha256(reference).
-        Registering again keeps the problem and updates its profile when one is given."""
-        pid = problem_id_for(reference)
-        existing = self.get_problem(pid)
-        if existing is not None:
-            if profile is not None and profile != existing.profile:
-                self._update_problem(pid, profile=profile)
-                existing.profile = profile
-            return existing, False
-        now = time.time()
-        try:
-            with self._session() as s, s.begin():
-                s.add(ProblemRow(id=pid, reference=reference, name=name, created_at=now, profile=profile))
-        except IntegrityError:
-            found = self.get_problem(pid)
-            if found is None:
-                raise
-            return found, False
-        return Problem(pid, reference, name, now, profile), True
+    def put_problem(self, reference: str, name: str | None = None, profile: str | None = None, *,
+                    key_id: str | None = None, admin: bool = False) -> tuple[Problem, bool]:
+        """Register a reference for API key `key_id` (None: the operator); returns (problem as
+        `key_id` sees it, created). The id is sha256(reference).
 
-    def get_problem(self, problem_id: str) -> Problem | None:
+        The first registration owns the problem. Registering again changes it only as tenancy
+        allows (docs: a key never changes what another key's jobs get):
+        - the owner (the operator for a problem without owner) updates name and profile;
+        - an admin key, and the operator, update the name; a key's profile is its own;
+        - any other key's profile is kept for that key's jobs only, and its name is ignored.
+        """
+        pid = problem_id_for(reference)
+        existing = self.get_problem(pid, key_id)
+        if existing is None:
+            now = time.time()
+            try:
+                with self._session() as s, s.begin():
+                    s.add(ProblemRow(id=pid, reference=reference, name=name, created_at=now, profile=profile,
+                                     owner_key_id=key_id))
+                return Problem(pid, reference, name, now, profile, owner_key_id=key_id), True
+            except IntegrityError:
+                existing = self.get_problem(pid, key_id)
+                if existing is None:
+                    raise
+        owns = existing.owner_key_id == key_id
+        changes: dict[str, Any] = {}
+        if name is not None and name != existing.name and (owns or admin or key_id is None):
+            changes["name"] = name
+        if profile is not None and owns:
+            changes["profile"] = profile
+        if changes:
+            self._update_problem(pid, **changes)
+        if profile is not None and not owns and key_id is not None:
+            self._put_key_profile(pid, key_id, profile)
+        return self.get_problem(pid, key_id) or existing, False
+
+    def _put_key_profile(self, problem_id: str, key_id: str, profile: str) -> None:
+        for _ in range(2):  # a concurrent first insert makes ours fail once; the second try updates
+            with self._session() as s, s.begin():
+                updated = s.execute(update(ProblemProfileRow)
+                                    .where(ProblemProfileRow.problem_id == problem_id,
+                                           ProblemProfileRow.api_key_id == key_id)
+                                    .values(profile=profile)).rowcount
+                if updated:
+                    return
+            try:
+                with self._session() as s, s.begin():
+                    s.add(ProblemProfileRow(problem_id=problem_id, api_key_id=key_id, profile=profile))
+                return
+            except IntegrityError:
+                continue
+
+    def get_problem(self, problem_id: str, key_id: str | None = None) -> Problem | None:
+        """The problem as API key `key_id` sees it: `profile` is the one its jobs get by default
+        (the key's own choice, else the problem's when the key owns it or nobody does)."""
         with self._session() as s:
             row = s.get(ProblemRow, problem_id)
-            return Problem(row.id, row.reference, row.name, row.created_at, row.profile,
-                           row.degenerate_reference) if row else None
+            if row is None:
+                return None
+            profile = row.profile if row.owner_key_id in (None, key_id) else None
+            if key_id is not None and key_id != row.owner_key_id:
+                own = s.get(ProblemProfileRow, (problem_id, key_id))
+                profile = own.profile if own is not None else profile
+            return Problem(row.id, row.reference, row.name, row.created_at, profile, row.degenerate_reference,
+                           row.owner_key_id)
 
     def note_degenerate_reference(self, problem_id: str, degenerate: bool) -> None:
         """Record what an evaluation measured about the problem's reference."""
@@ -180,8 +221,8 @@ class JobStore(JobRecovery):
             updated_at=now,
             finished_at=now if finished else None,
             problem_id=new.problem_id,
-            submission=json.dumps(new.submission),
-            result=json.dumps(new.result) if finished else None,
+            submission=to_json_text(new.submission),
+            result=to_json_text(new.result, jsonb_safe=True) if finished else None,
             verdict=new.verdict,
             attempts=0,
             api_key_id=new.api_key_id,
@@ -358,7 +399,7 @@ class JobStore(JobRecovery):
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.status.in_(IN_FLIGHT_STATUSES), JobRow.attempts == attempt)
                 .values(status=JobStatus.done.value, finished_at=now, updated_at=now,
-                        result=json.dumps(result), verdict=verdict, error=None)
+                        result=to_json_text(result, jsonb_safe=True), verdict=verdict, error=None)
             )
             return outcome.rowcount == 1
 

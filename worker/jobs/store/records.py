@@ -57,7 +57,7 @@ class Job:
             built_at=row.built_at,
             running_at=row.running_at,
             finished_at=row.finished_at,
-            result=json.loads(row.result) if row.result else None,
+            result=_result(row.result),
             verdict=row.verdict,
             worker=row.worker,
             gpu=row.gpu,
@@ -67,14 +67,32 @@ class Job:
         )
 
 
+def _result(text: str | None) -> dict[str, Any] | None:
+    """A stored result; text that is not a JSON object (never written by this version) reads as a
+    result that says so, which the API shows as unreadable instead of failing the whole read."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {UNREADABLE_RESULT: text[:200]}
+
+
+# The key of a stored result that is not a JSON object: its first characters.
+UNREADABLE_RESULT = "unreadable_stored_result"
+
+
 @dataclass
 class Problem:
     id: str
     reference: str
     name: str | None
     created_at: float
+    # The profile the jobs of the key it was read for get (JobStore.get_problem); None: partial.
     profile: str | None = None
     degenerate_reference: bool | None = None
+    owner_key_id: str | None = None  # the registering API key; None: the operator's (or unrecorded)
 
 
 @dataclass

@@ -59,7 +59,7 @@ def build_request(job: Job, problem: Problem, identity: WorkerIdentity) -> EvalR
     options = dict(job.submission.get("options") or {})
     # The worker decides the device: a job runs where it was scheduled.
     options["device"] = identity.device
-    # A job that names no policy profile gets its problem's.
+    # A job that names no policy profile gets the one its key has for the problem (get_problem).
     policy = dict(options.get("policy") or {})
     if policy.get("profile") is None and problem.profile is not None:
         policy["profile"] = problem.profile
@@ -120,7 +120,7 @@ def prepare_claimed(store: JobStore, job: Job, identity: WorkerIdentity, setting
     attempt no longer owns the job.
     """
     attempt = job.attempts
-    problem = store.get_problem(job.problem_id)
+    problem = store.get_problem(job.problem_id, job.api_key_id)  # with the profile of the job's own key
     if problem is None:
         return _failed(store, job, f"problem {job.problem_id} is not in the store")
     try:

@@ -58,11 +58,34 @@ class ProblemRow(Base):
     reference: Mapped[str] = mapped_column(Text, nullable=False)
     name: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[float] = mapped_column(Float, nullable=False)
-    # The policy profile its jobs get when they do not choose one (None: partial).
+    # The policy profile its owner's jobs get when they do not choose one (None: partial); for a
+    # problem without an owner, every key's jobs (unless the key chose its own: ProblemProfileRow).
     profile: Mapped[str | None] = mapped_column(String(16))
+    # The API key that registered it: only it changes `profile`, only it or an admin key `name`.
+    # None: registered by the operator (`serve --problems`) or by a version that did not record owners.
+    owner_key_id: Mapped[str | None] = mapped_column(String(64))
     # Whether the reference's outputs barely depend on its inputs, as the last evaluation measured
     # (None: not measured yet).
     degenerate_reference: Mapped[bool | None] = mapped_column(Boolean)
+
+
+class ProblemProfileRow(Base):
+    """The profile another API key (not the owner) chose for a problem: for that key's jobs only."""
+
+    __tablename__ = "problem_profiles"
+
+    problem_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    api_key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    profile: Mapped[str] = mapped_column(String(16), nullable=False)
+
+
+class StoreMetaRow(Base):
+    """Facts about the store itself, e.g. which one-time data repairs already ran."""
+
+    __tablename__ = "store_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text, nullable=False)
 
 
 def add_missing_columns(engine: Engine) -> None:

@@ -12,15 +12,14 @@ import time
 from dataclasses import dataclass
 
 from sqlalchemy import (
-    JSON,
     Float,
     Integer,
+    Text,
     and_,
     case,
     cast,
     distinct,
     func,
-    literal,
     select,
     true,
     type_coerce,
@@ -107,44 +106,76 @@ class JobSummary:
 
 
 class _Dialect:
-    """What SQLite and PostgreSQL spell differently: JSON fields of the `result` text, and flooring."""
+    """What SQLite and PostgreSQL spell differently: JSON fields of the `result` text, and flooring.
+
+    Every read takes a stored row as it comes: a field of another JSON type than expected reads as
+    NULL (or as no items), and on SQLite text that is not JSON at all reads as no document.
+    PostgreSQL cannot test text for JSON inside a query; there the store never writes text its
+    jsonb refuses (json_text.py) and repairs what older versions wrote (repair.py).
+    """
 
     def __init__(self, dialect: str):
         self.postgres = dialect == "postgresql"
 
     def _doc(self, column):
-        # PostgreSQL needs the text cast to jsonb; SQLite's JSON functions read the text as it is.
-        return cast(column, JSONB) if self.postgres else type_coerce(column, JSON)
+        # PostgreSQL needs the text cast to jsonb; SQLite's JSON functions read the text as it is,
+        # and read NULL (nothing) instead of raising when it is not valid JSON.
+        return cast(column, JSONB) if self.postgres else case((func.json_valid(column) == 1, column))
+
+    def _field(self, column, key: str, json_type: str):
+        """The field `key` of the document when it has this JSON type (array, object), else NULL."""
+        if self.postgres:
+            field = self._doc(column)[key]
+            return case((func.jsonb_typeof(field) == json_type, field))
+        doc = self._doc(column)
+        return case((func.json_type(doc, f"$.{key}") == json_type, doc))
 
     def number(self, column, key: str) -> ColumnElement[float]:
-        return self._doc(column)[key].as_float()
+        if self.postgres:
+            field = self._doc(column)[key]
+            return case((func.jsonb_typeof(field) == "number", cast(field.astext, Float)))
+        doc, path = self._doc(column), f"$.{key}"
+        return case((func.json_type(doc, path).in_(("integer", "real")), type_coerce(func.json_extract(doc, path),
+                                                                                    Float)))
 
     def array_length(self, column, key: str) -> ColumnElement[int]:
+        array = self._field(column, key, "array")
         if self.postgres:
-            return func.jsonb_array_length(self._doc(column)[key])
-        return func.json_array_length(column, f"$.{key}")
+            return func.coalesce(func.jsonb_array_length(array), 0)
+        return func.coalesce(func.json_array_length(array, f"$.{key}"), 0)
 
     def array_items(self, column, key: str):
-        """A table-valued function with one row (`value`) per element of the array `key`."""
+        """A table-valued function with one row (`value`, and `type` on SQLite) per element of the array `key`."""
+        array = self._field(column, key, "array")
         if self.postgres:
-            return func.jsonb_array_elements(self._doc(column)[key]).table_valued("value").lateral()
-        return func.json_each(column, f"$.{key}").table_valued("value")
+            return func.jsonb_array_elements(array).table_valued("value").lateral()
+        return func.json_each(array, f"$.{key}").table_valued("value", "type")
 
-    def item_text(self, value, field: str) -> ColumnElement[str]:
+    def item_text(self, items, field: str) -> ColumnElement[str]:
         if self.postgres:
-            return value.op("->>")(field)
-        return func.json_extract(value, f"$.{field}")
+            return items.c.value.op("->>")(field)  # NULL when the element is not an object
+        return func.json_extract(case((items.c.type == "object", items.c.value)), f"$.{field}")
 
-    def item_int(self, value, field: str) -> ColumnElement[int]:
+    def item_number(self, items, field: str) -> ColumnElement[float]:
         if self.postgres:
-            return cast(value.op("->>")(field), Integer)
-        return func.json_extract(value, f"$.{field}")
+            value = items.c.value.op("->")(field)
+            return case((func.jsonb_typeof(value) == "number", cast(cast(value, Text), Float)))
+        element = case((items.c.type == "object", items.c.value))
+        return case((func.json_type(element, f"$.{field}").in_(("integer", "real")),
+                     type_coerce(func.json_extract(element, f"$.{field}"), Float)))
 
-    def object_numbers(self, column, key: str):
-        """A table-valued function with one row (`key`, `value`) per member of the object `key`."""
+    def object_items(self, column, key: str):
+        """A table-valued function with one row (`key`, `value`, and `type` on SQLite) per member of the
+        object `key`; `member_number` reads a member's value."""
+        members = self._field(column, key, "object")
         if self.postgres:
-            return func.jsonb_each_text(self._doc(column)[key]).table_valued("key", "value").lateral()
-        return func.json_each(column, f"$.{key}").table_valued("key", "value")
+            return func.jsonb_each(members).table_valued("key", "value").lateral()
+        return func.json_each(members, f"$.{key}").table_valued("key", "value", "type")
+
+    def member_number(self, items) -> ColumnElement[float]:
+        if self.postgres:
+            return case((func.jsonb_typeof(items.c.value) == "number", cast(cast(items.c.value, Text), Float)))
+        return case((items.c.type.in_(("integer", "real")), type_coerce(items.c.value, Float)))
 
     def bucket(self, offset: ColumnElement[float], width_s: float) -> ColumnElement[int]:
         # PostgreSQL's CAST rounds; SQLite's truncates, which is floor for the offsets here (>= 0).
@@ -238,13 +269,14 @@ class JobStats:
     def rules(self, owner: str | None, since: float, limit: int) -> list[RuleExample]:
         """The rules that fired on the most jobs, each with its latest hit as an example."""
         items = self.sql.array_items(JobRow.result, "rules")
-        texts = [self.sql.item_text(items.c.value, field).label(field)
-                 for field in ("rule", "severity", "message", "evidence")]
+        texts = {field: self.sql.item_text(items, field) for field in ("rule", "severity", "message", "evidence")}
         hits = (
-            select(JobRow.id.label("job_id"), JobRow.finished_at.label("finished_at"), *texts,
-                   self.sql.item_int(items.c.value, "line").label("line"))
+            select(JobRow.id.label("job_id"), JobRow.finished_at.label("finished_at"),
+                   *(text.label(field) for field, text in texts.items()),
+                   self.sql.item_number(items, "line").label("line"))
             .select_from(JobRow).join(items, true())
-            .where(JobRow.status == JobStatus.done.value, JobRow.finished_at >= since, *_owned(owner))
+            .where(JobRow.status == JobStatus.done.value, JobRow.finished_at >= since, texts["rule"].is_not(None),
+                   *_owned(owner))
             .cte("hits")
         )
         jobs = func.count(distinct(hits.c.job_id)).label("jobs")
@@ -263,20 +295,22 @@ class JobStats:
             .order_by(top.c.jobs.desc(), top.c.rule)
         )
         with self.engine.connect() as conn:
-            return [RuleExample(rule, severity or "", int(n), job_id, message or "", line, evidence)
+            return [RuleExample(rule, severity or "", int(n), job_id, message or "",
+                                int(line) if line is not None else None, evidence)
                     for rule, severity, n, job_id, message, line, evidence in conn.execute(query)]
 
     def stages(self, owner: str | None, since: float, limit: int = 20) -> list[StageDurations]:
         """Seconds spent per engine stage, slowest (by p95) first."""
-        items = self.sql.object_numbers(JobRow.result, "stages")
-        seconds = cast(items.c.value, Float)
+        items = self.sql.object_items(JobRow.result, "stages")
+        seconds = self.sql.member_number(items)
         samples = (
             select(JobRow.id.label("job_id"), items.c.key.label("stage"), seconds.label("seconds"),
                    func.cume_dist().over(partition_by=items.c.key, order_by=seconds).label("rank"),
                    func.row_number().over(partition_by=items.c.key,
                                           order_by=(seconds.desc(), JobRow.id)).label("slowness"))
             .select_from(JobRow).join(items, true())
-            .where(JobRow.status == JobStatus.done.value, JobRow.finished_at >= since, *_owned(owner))
+            .where(JobRow.status == JobStatus.done.value, JobRow.finished_at >= since, seconds.is_not(None),
+                   *_owned(owner))
             .subquery()
         )
 
@@ -295,7 +329,7 @@ class JobStats:
 
     def recent_jobs(self, owner: str | None, limit: int, outcome: str | None = None) -> list[JobSummary]:
         """The latest jobs (newest first), optionally of one outcome."""
-        rules = case((JobRow.result.is_not(None), self.sql.array_length(JobRow.result, "rules")), else_=literal(0))
+        rules = self.sql.array_length(JobRow.result, "rules")
         query = (
             select(JobRow.id, JobRow.status, case((JobRow.status.in_(TERMINAL_STATUSES), _outcome())),
                    JobRow.created_at, JobRow.finished_at, JobRow.problem_id, ProblemRow.name,
