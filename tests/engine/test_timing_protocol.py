@@ -78,7 +78,7 @@ def test_a_block_with_the_wrong_number_of_samples_or_a_non_finite_one_is_a_proto
     with pytest.raises(UserFailure) as caught:
         TimedBlock.from_reply({"device_ms": [1.0, 1.0]}, runs=3, warmup=1, wall_s=0.01)
     assert caught.value.kind == "protocol"
-    for bad in ([1.0, float("nan"), 1.0], [1.0, -1.0, 1.0], [1.0, True, 1.0]):
+    for bad in ([1.0, float("nan"), 1.0], [1.0, -1.0, 1.0], [1.0, 0.0, 1.0], [1.0, True, 1.0]):
         with pytest.raises(UserFailure):
             TimedBlock.from_reply({"device_ms": bad}, runs=3, warmup=1, wall_s=0.01)
     block = TimedBlock.from_reply({"device_ms": [1, 2, 3], "tampered": ["time.perf_counter"]}, runs=3, warmup=1,

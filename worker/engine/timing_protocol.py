@@ -47,10 +47,11 @@ class TimedBlock:
     def from_reply(cls, reply: dict, *, runs: int, warmup: int, wall_s: float) -> TimedBlock:
         samples = reply.get("device_ms")
         valid = isinstance(samples, list) and len(samples) == runs and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
             for x in samples)
         if not valid:
-            raise UserFailure("protocol", f"timing reply does not hold {runs} finite, non-negative samples")
+            # No call takes no time (a device event pair alone measures microseconds): zero is a forgery.
+            raise UserFailure("protocol", f"timing reply does not hold {runs} finite, positive samples")
         return cls([float(x) for x in samples], warmup, wall_s, [str(t) for t in reply.get("tampered") or []])
 
     @property
