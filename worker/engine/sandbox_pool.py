@@ -45,7 +45,8 @@ class PoolEmpty(TimeoutError):
 
 @dataclass
 class WarmRunner:
-    """A started candidate runner and the host folder mounted as its extension folder."""
+    """A started candidate runner and its host folder, whose `ext` is mounted read-only as the built
+    extension (filled when the job arrives, see build.private_copy)."""
 
     session: RunnerSession
     slot_dir: Path | None
@@ -192,7 +193,12 @@ def _slot_folder() -> Path:
     global _slot_root
     if _slot_root is None:
         _slot_root = Path(tempfile.mkdtemp(prefix="kj-sandboxes-"))
-    return Path(tempfile.mkdtemp(dir=_slot_root))
+        _slot_root.chmod(0o755)
+    slot = Path(tempfile.mkdtemp(dir=_slot_root))
+    # Passable by the sandbox's own uid (a root-run worker's sandboxes run as unprivileged uids); the
+    # folder holds only the candidate's own build, mounted read-only.
+    slot.chmod(0o755)
+    return slot
 
 
 def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner:
