@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..models import Device, SandboxKind
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
-from .sandbox import ResourceLimits, SandboxUnavailable
+from .sandbox import IsolationConfig, ResourceLimits, SandboxUnavailable
 from .settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,8 @@ class PoolKey:
     isolate_network: bool
     cuda_arch: str | None
     size: int
+    isolation: IsolationConfig
+    scratch_bytes: tuple[int, int, int]  # /tmp, /dev/shm, /kj/ext
 
 
 _pools: dict[PoolKey, SandboxPool] = {}
@@ -222,7 +224,8 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
 def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> SandboxPool:
     """The pool of candidate runners for this kind of job (started on first use)."""
     key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.isolate_network,
-                  settings.cuda_arch_list, max(settings.warm_sandboxes, 0))
+                  settings.cuda_arch_list, max(settings.warm_sandboxes, 0), settings.isolation,
+                  (settings.sandbox_tmp_bytes, settings.sandbox_shm_bytes, settings.sandbox_ext_bytes))
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
