@@ -13,14 +13,14 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from tests.sandbox.venvs import remove, system_venv
 from worker.engine.sandbox import IsolationConfig, ResourceLimits, SandboxProcess, SandboxSpec, Scratch
+from worker.engine.sandbox.selfcheck import check_sandbox
 from worker.engine.sandbox.spec import MIB
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,22 +142,12 @@ def main() -> None:
 @pytest.fixture(scope="module")
 def uid_python():
     """An interpreter from which a root-run sandbox can run as an unprivileged uid: every folder it
-    imports from must be passable by others. This one's may not be (a pyenv Python under /root), so
-    it is a venv of the system Python of the same version, seeing this environment's packages."""
+    imports from must be passable by others. This one's may not be (a pyenv Python under /root)."""
     if os.geteuid() != 0:
         pytest.skip("per-sandbox uids are how a root-run service caps processes; this run is not root")
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    system_python = f"/usr/bin/python{version}"
-    if not os.path.exists(system_python):
-        pytest.skip(f"no {system_python} to build a venv that sandbox uids can reach")
-    folder = Path(tempfile.mkdtemp(prefix="kj-uid-venv-"))
-    folder.chmod(0o755)
-    venv = folder / "venv"
-    subprocess.run([system_python, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = venv / "lib" / f"python{version}" / "site-packages"
-    (site / "kerneljudge-tests.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    yield venv / "bin" / "python"
-    subprocess.run(["rm", "-rf", str(folder)], check=True)
+    folder = system_venv(sees_packages=True)
+    yield folder / "venv" / "bin" / "python"
+    remove(folder)
 
 
 @pytest.fixture
@@ -233,3 +223,11 @@ def test_writes_are_capped_for_a_sandbox_uid(uid_python, uid_isolation):
     report = probe_as_uid(uid_python, "FILL", uid_isolation)
     assert report["_identity"] == "uid"
     assert_writes_contained(report)
+
+
+def test_the_startup_probe_sees_only_the_sandbox_variables(monkeypatch):
+    monkeypatch.setenv("KERNELJUDGE_API_KEYS", f"{SECRET}:admin")
+    check = check_sandbox(gpu_nodes=[], isolate_network=True)
+    assert check.ok, check.message
+    assert "PATH" in check.report["variables"] and "KERNELJUDGE_API_KEYS" not in check.report["variables"]
+    assert check.report["identity"] in ("self", "uid", "cgroup")
