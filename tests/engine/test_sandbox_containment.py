@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import textwrap
 import threading
 from pathlib import Path
 
-from tests.engine.conftest import SILU_REFERENCE, triton_candidate
+import pytest
+
+from tests.engine.conftest import SILU_KERNEL, SILU_REFERENCE, TRITON_HEADER, triton_candidate
 from tests.engine.test_failures import LAUNCH, NO_STATIC_POLICY
 from tests.sandbox.test_containment import uid_python  # noqa: F401 - a fixture
 from worker.engine import sandbox_pool
@@ -55,19 +58,26 @@ return y
 SCANNING_REFERENCE = SCAN + SILU_REFERENCE.replace("return x * torch.sigmoid(x)",
                                                   "return x * torch.sigmoid(x) + float(len(_places()[1]))")
 
-THREAD_FLOOD = triton_candidate(LAUNCH + '''
-import threading
-stop = threading.Event()
-for _ in range(3000):
-    threading.Thread(target=stop.wait, daemon=True).start()
-return y
-''')
 
-PROCESS_FLOOD = triton_candidate(LAUNCH + '''
+
+def flooding_at_construction(imports: str, flood: str) -> str:
+    """An honest SiLU whose constructor first starts far more threads or processes than the cap allows;
+    without the cap it gets to the end, and the job is ok."""
+    return (TRITON_HEADER + imports + SILU_KERNEL + "\nclass ModelNew(torch.nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n" + textwrap.indent(flood, " " * 8)
+            + "\n    def forward(self, x):\n" + textwrap.indent(LAUNCH + "return y", " " * 8) + "\n")
+
+
+# Small stacks: the address-space cap of a CPU sandbox is not what should stop the threads.
+THREAD_FLOOD = flooding_at_construction("import threading\n", """\
+self.stop = threading.Event()
+threading.stack_size(1 << 16)
 for _ in range(3000):
-    os.posix_spawn("/bin/sleep", ["sleep", "600"], {})
-return y
-''', extra="import os\n")
+    threading.Thread(target=self.stop.wait, daemon=True).start()""")
+
+PROCESS_FLOOD = flooding_at_construction("import os\n", """\
+for _ in range(3000):
+    os.posix_spawn("/bin/sleep", ["sleep", "600"], {})""")
 
 FILLS = triton_candidate(LAUNCH + '''
 import errno
@@ -92,6 +102,17 @@ def test_a_planted_secret_is_nowhere_the_candidate_or_the_reference_can_look(run
     assert result.status == EvalStatus.ok, (result.error, result.candidate_log)
     assert "found: []" in result.candidate_log
     assert SECRET not in result.model_dump_json()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_planted_secret_is_invisible_and_a_flood_stops_at_the_cap(run_eval, monkeypatch):
+    monkeypatch.setenv("KERNELJUDGE_API_KEYS", f"{SECRET}:admin,other-key")
+    monkeypatch.setenv("SECRET", SECRET)
+    scan = run_eval(SCANNING_REFERENCE, SCANNING_CANDIDATE, device="cuda", policy=NO_STATIC_POLICY)
+    assert scan.status == EvalStatus.ok, (scan.error, scan.candidate_log)
+    assert "found: []" in scan.candidate_log and SECRET not in scan.model_dump_json()
+    flood = run_eval(SILU_REFERENCE, THREAD_FLOOD, device="cuda", policy=NO_STATIC_POLICY)
+    assert flood.status == EvalStatus.runtime_error and "can't start new thread" in flood.error.message
 
 
 def test_a_thread_flood_stops_at_the_cap_and_the_verdict_says_so(run_eval):

@@ -39,6 +39,12 @@ def test_the_startup_check_passes_through_the_real_engine(settings):
     assert check.message == "ok"
 
 
+@pytest.mark.gpu
+def test_the_startup_check_passes_on_the_gpu_with_triton(settings):
+    check = run_startup_check(settings, Device.cuda)
+    assert check.ok, check.message
+
+
 @pytest.fixture
 def target_folder_deployment():
     """An interpreter that sees none of the packages itself; the server gets them from PYTHONPATH."""
