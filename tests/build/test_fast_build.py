@@ -9,6 +9,7 @@ running a kernel; tests/build/test_gpu.py does that on the device machine.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -18,6 +19,7 @@ from tests.build import candidates
 from worker.engine import build
 from worker.engine.launch import RunnerConfig, RunnerPaths, runner_spec
 from worker.engine.sandbox import ResourceLimits, SandboxProcess
+from worker.engine.sandbox.spec import MIB
 from worker.models import SandboxKind
 
 
@@ -101,3 +103,20 @@ def test_kernel_error_is_reported_at_the_candidates_own_line(build_settings, tmp
     assert "undeclared_factor" in failure.detail
     assert failure.record.path == "full"
     assert "undeclared_factor" in failure.record.reason
+
+
+# The build sandbox writes only into size-capped tmpfs folders; its built folder comes back over its pipe.
+FILLS_ITS_EXTENSION_FOLDER = '''import os
+with open(os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "fill"), "wb") as handle:
+    for _ in range(256):
+        handle.write(b"x" * (1 << 20))
+''' + candidates.PLAIN
+
+
+def test_a_build_that_fills_its_extension_folder_stops_at_the_cap(build_settings, tmp_path):
+    settings = dataclasses.replace(build_settings, sandbox_ext_bytes=64 * MIB)
+    with pytest.raises(build.BuildFailure) as raised:
+        build_candidate(settings, tmp_path, FILLS_ITS_EXTENSION_FOLDER)
+    assert "No space left on device" in raised.value.message
+    key = build.cache_key(FILLS_ITS_EXTENSION_FOLDER, torch.__version__, settings)
+    assert not (settings.build_cache / key).exists()

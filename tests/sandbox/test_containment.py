@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.venvs import remove, system_venv
-from worker.engine.sandbox import IsolationConfig, ResourceLimits, SandboxProcess, SandboxSpec, Scratch
+from worker.engine.sandbox import (
+    IsolationConfig,
+    ResourceLimits,
+    SandboxProcess,
+    SandboxSpec,
+    SandboxUnavailable,
+    Scratch,
+)
 from worker.engine.sandbox.selfcheck import check_sandbox
 from worker.engine.sandbox.spec import MIB
 
@@ -199,6 +206,18 @@ def test_threads_and_processes_stop_at_the_sandbox_cap():
     if os.geteuid() == 0:
         # Root is exempt from RLIMIT_NPROC: the cap held because the sandbox had an identity of its own.
         assert report["_identity"] in ("uid", "cgroup"), report
+
+
+def test_threads_and_processes_stop_at_the_cap_of_a_sandbox_cgroup(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("a pids cgroup per sandbox is for a root-run service; this run is not root")
+    isolation = {**asdict(IsolationConfig(mode="cgroup")), "lock_dir": str(tmp_path / "uids")}
+    try:
+        report = probe(FLOOD, isolation=isolation, extra_processes=64)
+    except SandboxUnavailable as exc:
+        pytest.skip(f"this host has no writable pids cgroup: {exc}")
+    assert report["_identity"] == "cgroup"
+    assert_capped(report, 64)
 
 
 def test_threads_and_processes_stop_at_the_cap_of_a_sandbox_uid(uid_python, uid_isolation):
