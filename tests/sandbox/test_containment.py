@@ -27,6 +27,7 @@ from worker.engine.sandbox import (
     SandboxUnavailable,
     Scratch,
 )
+from worker.engine.sandbox.identity import first_unreachable
 from worker.engine.sandbox.selfcheck import check_sandbox
 from worker.engine.sandbox.spec import MIB
 
@@ -152,6 +153,9 @@ def uid_python():
     imports from must be passable by others. This one's may not be (a pyenv Python under /root)."""
     if os.geteuid() != 0:
         pytest.skip("per-sandbox uids are how a root-run service caps processes; this run is not root")
+    blocked = first_unreachable([str(REPO / "worker")])
+    if blocked:
+        pytest.skip(f"this checkout cannot be mounted into a sandbox that runs as an unprivileged uid: {blocked}")
     folder = system_venv(sees_packages=True)
     yield folder / "venv" / "bin" / "python"
     remove(folder)

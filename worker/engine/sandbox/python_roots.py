@@ -74,7 +74,10 @@ def module_location(name: str) -> str | None:
 
 
 def unreachable_modules(names: tuple[str, ...] = REQUIRED_MODULES + OPTIONAL_MODULES) -> list[UnreachableModule]:
-    """Modules the server can import but the sandbox's isolated interpreter cannot (not on its path)."""
+    """Modules the server can import but the sandbox's isolated interpreter cannot (not on its path);
+    none when that path could not be read (the start-up evaluation still tells)."""
+    if not isolated_sys_path():
+        return []
     path = [os.path.realpath(p) for p in isolated_sys_path()] + list(isolated_sys_path())
     found = []
     for name in names:
