@@ -122,7 +122,8 @@ async def health() -> Health:
 @router.get("/v1/ready", response_model=Readiness, tags=["system"],
             responses={503: {"model": Readiness, "description": "Store or workers unavailable"}})
 async def ready(request: Request):
-    """Ready when the store answers and at least one worker is reachable."""
+    """Ready when the store answers, at least one worker is reachable and (embedded workers) the start-up
+    check, one tiny evaluation through the judge and a candidate sandbox, passed."""
     state = request.app.state
     store_state = "ok"
     try:
@@ -131,8 +132,9 @@ async def ready(request: Request):
         log.warning("readiness: store unreachable: %s", exc)
         store_state = f"unreachable: {type(exc).__name__}"
     workers = await asyncio.to_thread(state.dispatcher.workers_alive)
-    body = Readiness(ready=store_state == "ok" and workers > 0, store=store_state, workers=workers,
-                     mode=state.dispatcher.mode)
+    check = getattr(state, "startup_check", None)  # set by `kerneljudge serve` (None: not run here)
+    body = Readiness(ready=store_state == "ok" and workers > 0 and (check is None or check.ok), store=store_state,
+                     workers=workers, mode=state.dispatcher.mode, selfcheck=None if check is None else check.state)
     return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
 
 

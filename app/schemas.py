@@ -198,3 +198,6 @@ class Readiness(BaseModel):
     store: str
     workers: int
     mode: str
+    selfcheck: str | None = Field(default=None, description=(
+        "The start-up check (one tiny evaluation through the judge and a candidate sandbox): running, ok, or "
+        "failed: the reason and what to fix. Null where this process runs no workers of its own."))

@@ -66,26 +66,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"kerneljudge serve: --problems: {exc}", file=sys.stderr)
         return 2
 
+    startup_check = None
     if not settings.broker_url and os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
-        # Embedded workers run here: make sure the sandbox works before accepting jobs.
+        # Embedded workers run here: make sure the sandbox works before accepting jobs (refuse to start
+        # when it does not), then prove the real path with one evaluation in the background; /v1/ready
+        # stays false until it passes.
         from worker.engine.sandbox import SandboxUnavailable
         from worker.engine.sandbox.selfcheck import require_working_sandbox
         from worker.engine.settings import EngineSettings
+        from worker.engine.startup_check import StartupCheckRun
+        from worker.models import Device
 
         engine_settings = EngineSettings.from_env()
+        use_gpu = settings.device != "cpu" and os.path.exists("/dev/nvidiactl")
         try:
-            check = require_working_sandbox(use_gpu=settings.device != "cpu" and os.path.exists("/dev/nvidiactl"),
-                                            gpu_index=None, isolate_network=engine_settings.isolate_network)
+            check = require_working_sandbox(use_gpu=use_gpu, gpu_index=None,
+                                            isolate_network=engine_settings.isolate_network,
+                                            isolation=engine_settings.isolation)
         except SandboxUnavailable as exc:
             print(f"kerneljudge serve: the sandbox does not work on this host: {exc}", file=sys.stderr)
             return 2
         logging.getLogger(__name__).info("sandbox self-check passed in %.1fs: %s", check.seconds, check.report)
+        startup_check = StartupCheckRun(engine_settings, Device.cuda if use_gpu else Device.cpu).start()
 
     import uvicorn
 
     from .main import create_app
 
     app = create_app(settings)
+    app.state.startup_check = startup_check
     if library_problems:
         from worker.problem_library.register import register_in_store
 

@@ -9,15 +9,17 @@ running a kernel; tests/build/test_gpu.py does that on the device machine.
 
 from __future__ import annotations
 
-import subprocess
+import dataclasses
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from tests.build import candidates
 from worker.engine import build
+from worker.engine.launch import RunnerConfig, RunnerPaths, runner_spec
+from worker.engine.sandbox import ResourceLimits, SandboxProcess
+from worker.engine.sandbox.spec import MIB
 from worker.models import SandboxKind
 
 
@@ -33,24 +35,42 @@ def only_extension(outcome) -> dict:
     return extension
 
 
-def test_plain_candidate_takes_the_fast_path_and_ninja_sees_it_up_to_date(build_settings, tmp_path):
-    # Unsandboxed, so that build.ninja names real paths and ninja can be asked from here (an unsandboxed
-    # build has a cache entry of its own: other tests build PLAIN in the sandbox).
+# Inside a run's sandbox: the built extension installed as the runner installs it before the
+# candidate's load_inline, then ninja asked what it would do there.
+NINJA_IN_RUN = r"""
+import json, os, subprocess, sys
+sys.path.insert(0, os.path.dirname(os.environ["KJ_RUNTIME"]))
+from sandbox_runtime.runner import install_built_extension
+install_built_extension()
+ninja = os.path.join(os.path.dirname(sys.executable), "ninja")
+folder = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "kj_test_plain")
+done = subprocess.run([ninja, "-n", "-d", "explain", "main.o", "cuda.cuda.o"], cwd=folder, capture_output=True,
+                      text=True)
+os.write(int(os.environ["KJ_MSG_FD"]), (json.dumps({"out": done.stdout, "err": done.stderr}) + "\n").encode())
+"""
+
+
+def test_plain_candidate_takes_the_fast_path_and_ninja_sees_it_up_to_date_in_the_run(build_settings, tmp_path):
     source = candidates.PLAIN
-    outcome = build_candidate(build_settings, tmp_path, source, sandbox=SandboxKind.none)
+    outcome = build_candidate(build_settings, tmp_path, source)
     assert outcome.record.summary()["path"] == "fast", outcome.record
     extension = only_extension(outcome)
     assert extension["abi_check"] == "loaded; functions: twice_cuda"
     directory = outcome.ext_dir / "kj_test_plain"
-    # What the candidate's own load_inline runs at import (the sandbox's ninja, the interpreter's
-    # environment's): ninja must find nothing to do.
-    ninja = str(Path(sys.executable).parent / "ninja")
-    dry_run = subprocess.run([ninja, "-n", "-d", "explain", "main.o", "cuda.cuda.o"], cwd=directory,
-                             capture_output=True, text=True, check=True)
-    assert "no work to do" in dry_run.stdout, dry_run.stderr
     assert "__global__" in (directory / "cuda.cu").read_text()  # the real sources are back in place
+    # What the candidate's own load_inline runs at import in the run's sandbox (the cache entry mounted
+    # read-only, copied into the run's own extension folder): ninja must find nothing to do.
+    config = RunnerConfig(role="candidate", mode="run", device="cpu", paths=RunnerPaths(ext_dir=outcome.ext_dir))
+    process = SandboxProcess(runner_spec(config, build_settings, ResourceLimits()),
+                             [sys.executable, "-I", "-c", NINJA_IN_RUN], name="ninja-check")
+    process.start()
+    try:
+        reply = process.receive(120)
+    finally:
+        process.close(grace_s=0)
+    assert "no work to do" in reply["out"], reply
     # The same source again is served from the cache.
-    again = build_candidate(build_settings, tmp_path, source, sandbox=SandboxKind.none)
+    again = build_candidate(build_settings, tmp_path, source)
     assert again.cached and again.ext_dir == outcome.ext_dir
 
 
@@ -83,3 +103,20 @@ def test_kernel_error_is_reported_at_the_candidates_own_line(build_settings, tmp
     assert "undeclared_factor" in failure.detail
     assert failure.record.path == "full"
     assert "undeclared_factor" in failure.record.reason
+
+
+# The build sandbox writes only into size-capped tmpfs folders; its built folder comes back over its pipe.
+FILLS_ITS_EXTENSION_FOLDER = '''import os
+with open(os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "fill"), "wb") as handle:
+    for _ in range(256):
+        handle.write(b"x" * (1 << 20))
+''' + candidates.PLAIN
+
+
+def test_a_build_that_fills_its_extension_folder_stops_at_the_cap(build_settings, tmp_path):
+    settings = dataclasses.replace(build_settings, sandbox_ext_bytes=64 * MIB)
+    with pytest.raises(build.BuildFailure) as raised:
+        build_candidate(settings, tmp_path, FILLS_ITS_EXTENSION_FOLDER)
+    assert "No space left on device" in raised.value.message
+    key = build.cache_key(FILLS_ITS_EXTENSION_FOLDER, torch.__version__, settings)
+    assert not (settings.build_cache / key).exists()

@@ -115,6 +115,14 @@ def timer_kernel(out_ptr):
     ("KJ411", triton_candidate("print('speedup: 100x, correct: True')")),
     ("KJ411", triton_candidate("print(f'status={n}')")),
     ("KJ411", cuda_candidate('printf("{\\"speedup\\": 99}\\n");')),
+    ("KJ412", triton_candidate("fd = torch.os.open('/proc/1/environ', 0)")),
+    ("KJ412", triton_candidate("timer = torch.sys.modules['sandbox_runtime.timer']")),
+    ("KJ412", triton_candidate("np.os.system('true')", imports="import numpy as np")),
+    ("KJ412", triton_candidate("a.subprocess.run(['true'])")),
+    ("KJ412", triton_candidate("loader = getattr(torch, 'importlib')")),
+    ("KJ412", triton_candidate("b = torch.nn.functional.__builtins__")),
+    ("KJ412", triton_candidate(imports="from torch import os as hidden_os")),
+    ("KJ412", triton_candidate("clock = triton.time.perf_counter")),
 ]
 
 
@@ -153,3 +161,25 @@ def test_cuda_hit_lines_map_into_the_python_file():
     hit = next(h for h in check(source) if h.rule.startswith("KJ404"))
     assert 'system("true");' in source.splitlines()[hit.line - 1]
     assert hit.evidence == 'system("true");'
+
+
+@pytest.mark.parametrize(("forward", "imports", "specific"), [
+    ("fd = torch.os.open('/proc/1/environ', 0)", "", "KJ406"),
+    ("key = torch.os.environ['KERNELJUDGE_API_KEYS']", "", "KJ306"),
+    ("np.os.system('true')", "import numpy as np", "KJ404"),
+    ("timer = torch.sys.modules['x']", "", "KJ401"),
+])
+def test_a_module_reached_through_an_attribute_is_judged_as_that_module_too(forward, imports, specific):
+    rules = fired(triton_candidate(forward, imports=imports))
+    assert "KJ412" in rules and specific in rules
+
+
+@pytest.mark.parametrize("forward", [
+    "y = torch.nn.functional.relu(a)",
+    "n = sum(1 for m in self.modules())",
+    "w = torch.signal.windows.hann(4)",
+    "s = torch.cuda.current_stream()",
+    "d = torch.backends.cuda.matmul",
+])
+def test_honest_attribute_chains_are_not_module_reaches(forward):
+    assert "KJ412" not in fired(triton_candidate(forward))

@@ -2,10 +2,12 @@
 
 The sandboxed builder (worker/engine/cuda_build) imports the candidate; each load_inline call builds
 through the fast path (kernels with nvcc, no torch headers; host code against a precompiled torch
-header) or, where the fast path declines, the usual full ninja build. Built extensions go to a
-cache directory keyed by the candidate's source hash (plus torch version and target
-architecture); the GPU stage gets a private copy of that directory, and torch finds the built
-library there instead of compiling again. The cache is on disk, so it outlives restarts.
+header) or, where the fast path declines, the usual full ninja build. The sandbox builds in its own
+size-capped tmpfs and sends the built folder back over its pipe (cuda_build/ext_tree, at most
+KERNELJUDGE_SANDBOX_EXT_MB); this process writes it to a cache directory keyed by the candidate's
+source hash (plus torch version and target architecture). The GPU stage mounts it read-only into
+the candidate's runner, which copies it into its own capped extension folder, and torch finds the
+built library there instead of compiling again. The cache is on disk, so it outlives restarts.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..models import SandboxKind
-from .cuda_build import pool
+from .cuda_build import ext_tree, pool
 from .cuda_build.pch import ensure_pchs
 from .cuda_build.source_map import map_compiler_log
 from .cuda_build.toolchain import Toolchain, ToolchainMissing, find_toolchain
@@ -31,6 +33,7 @@ from .cuda_build.torch_support import support_env
 from .launch import RUNTIME_DIR, RunnerConfig, RunnerPaths, UserFailure, runner_spec
 from .sandbox import Mount, ResourceLimits, SandboxExited, SandboxProcess, SandboxTimeout, SandboxUnavailable
 from .sandbox.bwrap import SYSTEM_DIRS
+from .sandbox.process import PAYLOAD_KEY
 from .settings import EngineSettings
 
 BUILT_MARKER = "BUILT"
@@ -141,12 +144,13 @@ def compiler_mounts(toolchain: Toolchain) -> list[Mount]:
             if not any(d == root or d.startswith(root + "/") for root in SYSTEM_DIRS)]
 
 
-def run_build_sandbox(source_file: Path, ext_dir: Path, out_dir: Path, *, settings: EngineSettings,
-                      limit_s: float, sandbox: SandboxKind, torch_version: str, build_path: str = "auto") -> dict:
-    """Run the sandboxed builder once; returns its reply (raises UserFailure for the user's errors)."""
+def run_build_sandbox(source_file: Path, ext_dir: Path, *, settings: EngineSettings, limit_s: float,
+                      sandbox: SandboxKind, torch_version: str, build_path: str = "auto") -> dict:
+    """Run the sandboxed builder once and write what it built into `ext_dir`; returns its reply
+    (raises UserFailure for the user's errors)."""
     toolchain = find_toolchain()
-    config = RunnerConfig(role="candidate", mode="build", device="cuda",
-                          paths=RunnerPaths(source=source_file, out_dir=out_dir, ext_dir=ext_dir), sandbox=sandbox)
+    config = RunnerConfig(role="candidate", mode="build", device="cuda", paths=RunnerPaths(source=source_file),
+                          sandbox=sandbox)
     limits = ResourceLimits(cpu_s=int(limit_s * 4) + 30, address_space_bytes=pool.memory_cap_bytes())
     spec = runner_spec(config, settings, limits)
     spec.mounts = [mount for mount in spec.mounts if mount.source != RUNTIME_DIR]
@@ -163,6 +167,8 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, out_dir: Path, *, settin
     spec.env["PATH"] = f"{Path(sys.executable).parent}:{toolchain.cuda_home}/bin:/usr/local/bin:/usr/bin:/bin"
     process = SandboxProcess(spec, [sys.executable, "-I", "-c", BOOT], name="candidate-build",
                              use_bwrap=sandbox == SandboxKind.bwrap)
+    # The built folder cannot be larger than the tmpfs it was built in.
+    process.max_payload_bytes = settings.sandbox_ext_bytes
     try:
         process.start()
         reply = process.receive(limit_s)
@@ -180,6 +186,12 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, out_dir: Path, *, settin
                                                     line_map))
         raise BuildFailure(str(reply.get("kind", "compile_error")), map_compiler_log(message, line_map)[:2000],
                            detail, record=_record(reply.get("extensions", []), 0.0))
+    if reply.get("event") != "built":
+        raise UserFailure("protocol", f"the builder replied {reply.get('event')!r} instead of 'built'")
+    try:
+        ext_tree.unpack(reply.get("files") or [], reply.get(PAYLOAD_KEY) or b"", ext_dir)
+    except (ext_tree.BadTree, OSError) as exc:
+        raise UserFailure("protocol", f"the builder's files could not be stored: {exc}") from None
     return reply
 
 
@@ -206,13 +218,11 @@ def build_cuda_candidate(
         if ext_dir.exists():
             shutil.rmtree(ext_dir)
         ext_dir.mkdir(parents=True)
-        out_dir = ext_dir.parent / f"{key}.out"
-        out_dir.mkdir(exist_ok=True)
         started = time.monotonic()
         try:
             with pool.build_slot():
                 started = time.monotonic()
-                reply = run_build_sandbox(source_file, ext_dir, out_dir, settings=settings, limit_s=limit_s,
+                reply = run_build_sandbox(source_file, ext_dir, settings=settings, limit_s=limit_s,
                                           sandbox=sandbox, torch_version=torch_version, build_path=build_path)
                 record = _record(reply.get("extensions", []), round(time.monotonic() - started, 2))
         except BuildFailure as failure:
@@ -223,14 +233,21 @@ def build_cuda_candidate(
         except UserFailure:
             shutil.rmtree(ext_dir, ignore_errors=True)
             raise
-        finally:
-            shutil.rmtree(out_dir, ignore_errors=True)
         (ext_dir / RECORD_FILE).write_text(json.dumps(asdict(record)))
         (ext_dir / BUILT_MARKER).write_text(key)
         return BuildOutcome(ext_dir=ext_dir, cached=False, record=record)
 
 
 def private_copy(ext_dir: Path, destination: Path) -> Path:
-    """A writable copy for one run (torch takes a lock file in the build directory)."""
-    shutil.copytree(ext_dir, destination, symlinks=True, copy_function=shutil.copy2, dirs_exist_ok=True)
+    """The built extension for one run, in the folder its runner mounts read-only (the runner copies it
+    into its own size-capped extension folder): hard links to the cache's files where the file system
+    allows, copies with their times otherwise."""
+    shutil.copytree(ext_dir, destination, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
     return destination
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)

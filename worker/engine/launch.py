@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models import SandboxKind
-from .sandbox import Mount, ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
+from .sandbox import (
+    Mount,
+    ResourceLimits,
+    SandboxExited,
+    SandboxProcess,
+    SandboxSpec,
+    SandboxTimeout,
+    Scratch,
+)
 from .sandbox.bwrap import gpu_device_nodes
 from .sandbox.process import PAYLOAD_KEY, RECEIVED_AT_KEY, MarkedLog
 from .sandbox_runtime.harness_output import USER_OUTPUT_MARK
@@ -18,6 +26,11 @@ from .settings import EngineSettings
 RUNTIME_DIR = Path(__file__).resolve().parent / "sandbox_runtime"
 # The judge compares with this package's own comparison code, mounted read-only (never for a candidate).
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # worker/, the package the judge imports it from
+# Where torch builds and finds load_inline extensions (TORCH_EXTENSIONS_DIR), in the build sandbox and
+# in the run: the same path, so a run finds the build up to date. A size-capped tmpfs in both; a
+# run gets its built extension read-only at EXT_BUILT and copies it there (sandbox_runtime/runner.py).
+EXT_DIR = "/kj/ext"
+EXT_BUILT = "/kj/ext-built"
 # KJ_RUNTIME is the runtime package's directory (mapped to the host path without a sandbox).
 BOOT = ("import os, sys; sys.path.insert(0, os.path.dirname(os.environ['KJ_RUNTIME'])); "
         "from sandbox_runtime.runner import run_and_exit; run_and_exit()")
@@ -34,12 +47,11 @@ class UserFailure(Exception):
 
 @dataclass
 class RunnerPaths:
-    """Host paths a runner sees. A build mounts its source and output folder; a run gets its source
-    over the pipe (`load`) and exchanges tensors over it, so it mounts at most the extension folder."""
+    """Host paths a runner sees, all read-only. A build mounts its source (its output comes back over
+    its pipe); a run gets its source over the pipe (`load`) and exchanges tensors over it, so it
+    mounts at most the built extension."""
 
     source: Path | None = None
-    out_dir: Path | None = None
-    in_dir: Path | None = None
     ext_dir: Path | None = None
 
 
@@ -57,14 +69,10 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
     mounts = [Mount(RUNTIME_DIR, "/kj/rt/sandbox_runtime")]
     if paths.source is not None:
         mounts.append(Mount(paths.source, "/kj/src/module.py"))
-    if paths.out_dir is not None:
-        mounts.append(Mount(paths.out_dir, "/kj/out", writable=True))
     if config.role == "reference" and config.mode == "run":
         mounts.append(Mount(PACKAGE_DIR, "/kj/lib/worker"))
-    if paths.in_dir is not None:
-        mounts.append(Mount(paths.in_dir, "/kj/in"))
     if paths.ext_dir is not None:
-        mounts.append(Mount(paths.ext_dir, "/kj/ext", writable=True))
+        mounts.append(Mount(paths.ext_dir, EXT_BUILT))
     bin_dir = os.path.dirname(sys.executable)
     cuda_home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     threads = str(settings.cpu_threads)
@@ -77,9 +85,7 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         "KJ_MODE": config.mode,
         "KJ_DEVICE": config.device,
         "KJ_SOURCE": "/kj/src/module.py",
-        "KJ_IN_DIR": "/kj/in",
-        "KJ_OUT_DIR": "/kj/out",
-        "TORCH_EXTENSIONS_DIR": "/kj/ext",
+        "TORCH_EXTENSIONS_DIR": EXT_DIR,
         "KJ_LIB": "/kj/lib/worker",
         # In the runner's private /tmp: each runner serves one candidate, so no candidate ever
         # reads a Triton cache another one wrote.
@@ -95,6 +101,8 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         # default path cannot be formed.
         env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/inductor-cache"
         env["TORCHINDUCTOR_COMPILE_THREADS"] = threads
+    if paths.ext_dir is not None:
+        env["KJ_EXT_BUILT"] = EXT_BUILT
     if os.path.isdir(cuda_home):
         env["CUDA_HOME"] = cuda_home
     if config.device == "cpu":
@@ -116,8 +124,10 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         if arch:
             env["TORCH_CUDA_ARCH_LIST"] = arch
     nodes = gpu_device_nodes(settings.gpu_index) if (config.device == "cuda" and config.mode == "run") else []
-    return SandboxSpec(mounts=mounts, env=env, gpu_device_nodes=nodes,
-                       isolate_network=settings.isolate_network, limits=limits)
+    return SandboxSpec(mounts=mounts, scratch=[Scratch(EXT_DIR, settings.sandbox_ext_bytes)], env=env,
+                       gpu_device_nodes=nodes, isolate_network=settings.isolate_network,
+                       tmp_size_bytes=settings.sandbox_tmp_bytes, shm_size_bytes=settings.sandbox_shm_bytes,
+                       limits=limits, isolation=settings.isolation)
 
 
 class RunnerSession:

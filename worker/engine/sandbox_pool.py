@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..models import Device, SandboxKind
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
-from .sandbox import ResourceLimits, SandboxUnavailable
+from .sandbox import IsolationConfig, ResourceLimits, SandboxUnavailable
 from .settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,8 @@ class PoolEmpty(TimeoutError):
 
 @dataclass
 class WarmRunner:
-    """A started candidate runner and the host folder mounted as its extension folder."""
+    """A started candidate runner and its host folder, whose `ext` is mounted read-only as the built
+    extension (filled when the job arrives, see build.private_copy)."""
 
     session: RunnerSession
     slot_dir: Path | None
@@ -181,6 +182,8 @@ class PoolKey:
     isolate_network: bool
     cuda_arch: str | None
     size: int
+    isolation: IsolationConfig
+    scratch_bytes: tuple[int, int, int]  # /tmp, /dev/shm, /kj/ext
 
 
 _pools: dict[PoolKey, SandboxPool] = {}
@@ -192,7 +195,12 @@ def _slot_folder() -> Path:
     global _slot_root
     if _slot_root is None:
         _slot_root = Path(tempfile.mkdtemp(prefix="kj-sandboxes-"))
-    return Path(tempfile.mkdtemp(dir=_slot_root))
+        _slot_root.chmod(0o755)
+    slot = Path(tempfile.mkdtemp(dir=_slot_root))
+    # Passable by the sandbox's own uid (a root-run worker's sandboxes run as unprivileged uids); the
+    # folder holds only the candidate's own build, mounted read-only.
+    slot.chmod(0o755)
+    return slot
 
 
 def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner:
@@ -216,7 +224,8 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
 def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> SandboxPool:
     """The pool of candidate runners for this kind of job (started on first use)."""
     key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.isolate_network,
-                  settings.cuda_arch_list, max(settings.warm_sandboxes, 0))
+                  settings.cuda_arch_list, max(settings.warm_sandboxes, 0), settings.isolation,
+                  (settings.sandbox_tmp_bytes, settings.sandbox_shm_bytes, settings.sandbox_ext_bytes))
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .sandbox.spec import MIB, IsolationConfig
+
 if TYPE_CHECKING:
     from .gpu_schedule import GpuSchedule
 
@@ -31,6 +33,13 @@ class EngineSettings:
     # TORCH_CUDA_ARCH_LIST for builds done without a GPU, e.g. "9.0".
     cuda_arch_list: str | None = None
     isolate_network: bool = True
+    # How a root-run worker caps each sandbox's processes and threads (sandbox/identity.py).
+    isolation: IsolationConfig = field(default_factory=IsolationConfig)
+    # Size caps of what a sandbox can write (each a tmpfs in memory): /tmp, /dev/shm and the
+    # extension folder (/kj/ext: a build's output, a run's private copy of the built extension).
+    sandbox_tmp_bytes: int = 4096 * MIB
+    sandbox_shm_bytes: int = 256 * MIB
+    sandbox_ext_bytes: int = 1024 * MIB
     cpu_threads: int = 2
     # Memory bandwidth (GB/s) used for the roofline plausibility bound; 0 disables it.
     peak_bandwidth_gbps: float = 0.0
@@ -76,6 +85,13 @@ class EngineSettings:
         settings.gpu_index = int(gpu) if gpu not in (None, "") else None
         settings.cuda_arch_list = os.environ.get("KERNELJUDGE_CUDA_ARCH") or None
         settings.isolate_network = _env_bool("KERNELJUDGE_SANDBOX_ISOLATE_NETWORK", True)
+        settings.isolation = _isolation_from_env()
+        for variable, attribute in (("KERNELJUDGE_SANDBOX_TMP_MB", "sandbox_tmp_bytes"),
+                                    ("KERNELJUDGE_SANDBOX_SHM_MB", "sandbox_shm_bytes"),
+                                    ("KERNELJUDGE_SANDBOX_EXT_MB", "sandbox_ext_bytes")):
+            megabytes = os.environ.get(variable)
+            if megabytes:
+                setattr(settings, attribute, int(megabytes) * MIB)
         settings.cpu_threads = int(os.environ.get("KERNELJUDGE_CPU_THREADS", str(min(4, os.cpu_count() or 1))))
         settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", settings.timing_pool_size))
         settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES",
@@ -92,3 +108,16 @@ class EngineSettings:
                                                            settings.reference_retime_s))
         settings.compile_baseline = _env_bool("KERNELJUDGE_COMPILE_BASELINE", settings.compile_baseline)
         return settings
+
+
+def _isolation_from_env() -> IsolationConfig:
+    default = IsolationConfig()
+    mode = os.environ.get("KERNELJUDGE_SANDBOX_ISOLATION", default.mode).strip().lower()
+    if mode not in IsolationConfig.MODES:
+        raise ValueError(f"KERNELJUDGE_SANDBOX_ISOLATION must be one of {', '.join(IsolationConfig.MODES)}, "
+                         f"not {mode!r}")
+    uids = os.environ.get("KERNELJUDGE_SANDBOX_UIDS")
+    first, count = IsolationConfig.parse_uid_range(uids) if uids else (default.uid_first, default.uid_count)
+    lock_dir = os.environ.get("KERNELJUDGE_SANDBOX_UID_LOCK_DIR")
+    return IsolationConfig(mode=mode, uid_first=first, uid_count=count,
+                           lock_dir=Path(lock_dir) if lock_dir else default.lock_dir)

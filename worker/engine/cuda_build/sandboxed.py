@@ -4,7 +4,9 @@ it asks for through the fast path, or the full ninja build when the fast path de
 torch's load_inline writes main.cpp, cuda.cu and build.ninja, then calls _run_ninja_build: that one
 call is replaced, so names, directories and files stay exactly torch's. Environment: KJ_SOURCE,
 KJ_MSG_FD, TORCH_EXTENSIONS_DIR, KJ_PCH_ROOT, KJ_BUILD_PATH (auto | full).
-Replies one JSON line: {"event": "built", "extensions": [...]} or {"event": "error", ...}.
+Replies one JSON line: {"event": "built", "extensions": [...], "files": [...]} followed by the built
+files' bytes (ext_tree: TORCH_EXTENSIONS_DIR is a size-capped tmpfs, and the supervisor writes the
+cache entry itself), or {"event": "error", ...}.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
+from . import ext_tree
 from .fast import CompileFailed, build_fast, link_for_abi_check
 from .ninja_state import CUDA_OBJECT, MAIN_OBJECT, NinjaStateRejected, TorchBuildPlan
 from .pch import compiler_identity, find_pch, pch_mismatch
@@ -147,7 +150,7 @@ def _capture_sources(session: BuildSession):
 
 
 def main() -> int:
-    channel = os.fdopen(int(os.environ["KJ_MSG_FD"]), "w", buffering=1)
+    channel = os.fdopen(int(os.environ["KJ_MSG_FD"]), "wb")
     toolchain = find_toolchain()
     cuda_torch = torch_has_cuda()
     if not cuda_torch:
@@ -188,6 +191,12 @@ def main() -> int:
                      "message": f"{type(exc).__name__} while importing the module: {text[:2000]}", "detail": detail}
     reply["extensions"] = [asdict(build) for build in session.builds]
     reply["line_map"] = session.source_map.to_json()
-    channel.write(json.dumps(reply) + "\n")
+    payload = b""
+    if reply["event"] == "built":
+        reply["files"], payload = ext_tree.pack(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
+        if payload:
+            reply["payload_bytes"] = len(payload)
+    channel.write((json.dumps(reply) + "\n").encode())
+    channel.write(payload)
     channel.flush()
     return 0

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from worker.models import Backend
 
 from .cuda_sources import CudaSource
-from .pyfacts import CandidateFacts, dotted_qualname
+from .pyfacts import CandidateFacts, dotted_qualname, reached_module
 from .registry import Finding
 
 # Bare names that mean something without an import (when the candidate does not rebind them).
@@ -43,7 +43,14 @@ class NameRule:
 
 
 def resolved_name(ctx: PolicyContext, node: ast.AST) -> str | None:
-    """The dotted name of a chain, only if its root is an import or an unshadowed builtin."""
+    """The dotted name of a chain, only if its root is an import or an unshadowed builtin. A chain that
+    reaches a module through an attribute (`torch.os.open`) resolves to that module's name (`os.open`),
+    so that every table judges it as if it had been imported (KJ412 rejects the chain itself)."""
+    name = _resolved_name(ctx, node)
+    return reached_module(name) or name
+
+
+def _resolved_name(ctx: PolicyContext, node: ast.AST) -> str | None:
     facts = ctx.facts
     root = node
     while isinstance(root, ast.Attribute):

@@ -20,11 +20,48 @@ LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 ENTRY_METHODS = ("forward", "__call__", "_call_impl")
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+# Modules that reach the process, the interpreter (sys.modules: the harness's own modules), files,
+# the network or clocks. Other modules re-export some of them as attributes (`torch.os`, `np.os`,
+# `F.__builtins__`), and any object's module can be reached from it: `x.sys.modules[...]` walks around
+# every rule about `import sys`. Honest kernels never spell these as an attribute of something else.
+REACH_MODULES = frozenset({
+    "os", "_os", "posix", "sys", "_sys", "builtins", "__builtins__", "__import__", "importlib", "runpy",
+    "subprocess", "_posixsubprocess", "multiprocessing", "threading", "_thread", "ctypes", "_ctypes", "socket",
+    "gc", "inspect", "traceback", "shutil", "pathlib", "tempfile", "io", "mmap", "marshal", "pickle",
+    "resource", "time",
+})
 
 
 def dotted_qualname(qualname: str | None, prefix: str) -> bool:
     """True if `qualname` is `prefix` or inside it (`torch.cuda` matches `torch.cuda.Stream`)."""
     return qualname is not None and (qualname == prefix or qualname.startswith(prefix + "."))
+
+
+def chain_attributes(node: ast.AST) -> list[str]:
+    """The attribute names along a chain, root first: `a.b.c` -> [b, c]; `getattr(a, "b")` is `a.b`."""
+    names: list[str] = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            names.append(node.attr)
+            node = node.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            names.append(node.args[1].value)
+            node = node.args[0]
+        else:
+            return names[::-1]
+
+
+def reached_module(qualname: str | None) -> str | None:
+    """`torch.os.open` -> `os.open`: the dotted name from the first module of REACH_MODULES that the chain
+    reaches as an attribute of something else; None when it reaches none."""
+    if not qualname:
+        return None
+    parts = qualname.split(".")
+    for index, part in enumerate(parts[1:], start=1):
+        if part in REACH_MODULES:
+            return ".".join(parts[index:])
+    return None
 
 
 def decorator_name(node: ast.expr) -> ast.expr:

@@ -134,6 +134,9 @@ RULES: tuple[Rule, ...] = (
        "a non-UTF-8 source encoding declaration makes Python run different code from what the policy reads"),
     _R("KJ411-verdict-like-output", "flag", 4,
        "the candidate prints text that looks like an evaluation verdict; output is logs, never a verdict"),
+    _R("KJ412-module-attribute-chain", "reject", 4,
+       "reaching os, sys (sys.modules: the harness's modules), subprocess, importlib, builtins and the like "
+       "as an attribute of another module or object (torch.os, x.sys.modules) walks around the import rules"),
 )
 
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from .context import NameRule, PolicyContext, name_findings, resolved_name
+from .pyfacts import REACH_MODULES, chain_attributes
 from .registry import Finding
 from .vocab import VERDICT_PATTERN
 
@@ -101,6 +102,23 @@ def detect_escape_names(ctx: PolicyContext) -> Iterator[Finding]:
     yield from name_findings(ctx, ESCAPE_NAMES)
 
 
+def detect_module_attribute_chains(ctx: PolicyContext) -> Iterator[Finding]:
+    """`torch.os`, `np.os.system`, `x.sys.modules[...]`, `getattr(F, "__builtins__")`, `from torch import os`."""
+    facts = ctx.facts
+    for node in facts.outermost_chains(facts.tree):
+        reached = next((name for name in chain_attributes(node) if name in REACH_MODULES), None)
+        if reached is not None:
+            yield ctx.finding("KJ412-module-attribute-chain", f"reaches {reached} through an attribute", node)
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}".split(".")
+                reached = next((name for name in dotted[1:] if name in REACH_MODULES), None)
+                if reached is not None:
+                    yield ctx.finding("KJ412-module-attribute-chain",
+                                      f"imports {reached} as an attribute of {node.module}", node)
+
+
 def detect_introspection_attrs(ctx: PolicyContext) -> Iterator[Finding]:
     for node in ast.walk(ctx.facts.tree):
         if isinstance(node, ast.Attribute) and node.attr in INTROSPECTION_ATTRS:
@@ -184,6 +202,6 @@ def detect_verdict_output(ctx: PolicyContext) -> Iterator[Finding]:
 
 
 DETECTORS = (
-    detect_escape_names, detect_introspection_attrs, detect_computed_attributes, detect_exit_exceptions,
+    detect_escape_names, detect_module_attribute_chains, detect_introspection_attrs, detect_computed_attributes, detect_exit_exceptions,
     detect_unusual_imports, detect_source_encoding, detect_verdict_output,
 )

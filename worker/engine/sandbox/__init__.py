@@ -4,9 +4,10 @@ the sandbox lives in worker.engine.sandbox_runtime and is never imported here.
 """
 
 from .process import SandboxExited, SandboxProcess, SandboxTimeout, SandboxUnavailable
-from .spec import Mount, ResourceLimits, SandboxSpec
+from .spec import IsolationConfig, Mount, ResourceLimits, SandboxSpec, Scratch
 
 __all__ = [
+    "IsolationConfig",
     "Mount",
     "ResourceLimits",
     "SandboxExited",
@@ -14,4 +15,5 @@ __all__ = [
     "SandboxSpec",
     "SandboxTimeout",
     "SandboxUnavailable",
+    "Scratch",
 ]

@@ -1,9 +1,12 @@
 """bubblewrap command line for a SandboxSpec.
 
 The child sees: the system read-only (/usr, /lib*, /bin, /sbin, /opt, a few /etc files,
-the Python prefixes), fresh /proc and /dev, a private size-limited /tmp, the job's own
-mounts, and only the GPU device nodes it was given. New user, PID, IPC, UTS, cgroup and
-(by default) network namespaces; no capabilities; it dies with its supervisor.
+the Python roots), a fresh /proc, a fresh read-only /dev with a size-capped /dev/shm, a private
+size-limited /tmp and the spec's other scratch folders (tmpfs, size-limited), the job's own
+read-only mounts, and only the GPU device nodes it was given. New user, PID, IPC, UTS, cgroup and
+(by default) network namespaces; no capabilities; it dies with its supervisor. bwrap itself is
+started with an empty environment: the child's comes from --setenv only, so no variable of the
+server's (API keys included) is in any process the sandbox can see.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import sys
+import stat
 
+from .python_roots import covered, python_roots
 from .spec import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
@@ -27,13 +31,6 @@ def find_bwrap() -> str | None:
     return os.environ.get("KERNELJUDGE_BWRAP") or shutil.which("bwrap")
 
 
-def python_prefixes() -> list[str]:
-    """Directories the interpreter and its packages live in, which the child must read."""
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                  os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
-    return sorted(p for p in {os.path.realpath(c) for c in candidates} | candidates if os.path.isdir(p))
-
-
 def gpu_device_nodes(gpu_index: int | None) -> list[str]:
     """Control nodes plus one GPU's node (or all GPUs' when no index is given)."""
     nodes = [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
@@ -46,18 +43,30 @@ def gpu_device_nodes(gpu_index: int | None) -> list[str]:
     return nodes
 
 
-def _covered(path: str, roots: list[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+def _others_can_open(node: str) -> bool:
+    try:
+        return bool(os.stat(node).st_mode & stat.S_IROTH)
+    except OSError:
+        return False
 
 
-def build_argv(bwrap: str, spec: SandboxSpec, command: list[str]) -> list[str]:
+def host_paths(bwrap: str, spec: SandboxSpec) -> list[str]:
+    """Every host path bwrap opens for this spec (all must be reachable by an unprivileged sandbox uid)."""
+    paths = [bwrap, *(p for p in SYSTEM_DIRS if os.path.isdir(p) and not os.path.islink(p)),
+             *(p for p in ETC_FILES if os.path.exists(p)), *python_roots()]
+    return paths + [str(mount.source) for mount in spec.mounts]
+
+
+def build_argv(bwrap: str, spec: SandboxSpec, command: list[str], *, unprivileged: bool = False) -> list[str]:
+    """`unprivileged`: bwrap runs as an unprivileged host uid, which cannot open root-only device nodes."""
     argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
     if spec.isolate_network:
         argv.append("--unshare-net")
     # /proc, /dev and /tmp first: later binds (a Python prefix under /tmp) go on top of them.
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(spec.tmp_size_bytes), "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(spec.shm_size_bytes), "--tmpfs", "/dev/shm",
+             "--size", str(spec.tmp_size_bytes), "--tmpfs", "/tmp"]
     ro_roots: list[str] = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
@@ -68,33 +77,38 @@ def build_argv(bwrap: str, spec: SandboxSpec, command: list[str]) -> list[str]:
     for path in ETC_FILES:
         if os.path.exists(path):
             argv += ["--ro-bind", path, path]
-    for prefix in python_prefixes():
-        if not _covered(prefix, ro_roots):
-            argv += ["--ro-bind", prefix, prefix]
-            ro_roots.append(prefix)
+    for root in python_roots():
+        if not covered(root, ro_roots):
+            argv += ["--ro-bind", root, root]
+            ro_roots.append(root)
     if spec.gpu_device_nodes:
         for node in spec.gpu_device_nodes:
-            argv += ["--dev-bind", node, node]
+            if not unprivileged or _others_can_open(node):
+                argv += ["--dev-bind", node, node]
         # The CUDA driver reads topology and device attributes from sysfs.
         argv += ["--ro-bind", "/sys", "/sys"]
     for mount in spec.mounts:
-        argv += ["--bind" if mount.writable else "--ro-bind", str(mount.source), mount.target]
-    # Everything outside the writable binds and /tmp is read-only, the sandbox's own root
-    # included (bwrap builds it on a tmpfs that would otherwise accept writes).
-    argv += ["--remount-ro", "/", "--chdir", spec.workdir, "--clearenv"]
+        argv += ["--ro-bind", str(mount.source), mount.target]
+    for scratch in spec.scratch:
+        argv += ["--size", str(scratch.size_bytes), "--tmpfs", scratch.target]
+    # Everything outside /tmp, /dev/shm and the scratch folders is read-only: the sandbox's own root
+    # (bwrap builds it on a tmpfs that would otherwise take writes) and /dev (another tmpfs).
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", spec.workdir, "--clearenv"]
     for key, value in sorted(spec.env.items()):
         argv += ["--setenv", key, value]
     return [*argv, "--", *command]
 
 
-def host_env(spec: SandboxSpec) -> dict[str, str]:
-    """For the `none` backend: the spec's environment with mount targets mapped to sources."""
+def host_env(spec: SandboxSpec, scratch_dirs: dict[str, str]) -> dict[str, str]:
+    """For the `none` backend: the spec's environment with mount targets mapped to their sources
+    and scratch targets to the host folders standing in for them."""
     env = {}
-    mounts = sorted(spec.mounts, key=lambda m: len(m.target), reverse=True)  # most specific first
+    places = {mount.target: str(mount.source) for mount in spec.mounts} | scratch_dirs
+    targets = sorted(places, key=len, reverse=True)  # most specific first
     for key, value in spec.env.items():
-        for mount in mounts:
-            if value == mount.target or value.startswith(mount.target + "/"):
-                value = str(mount.source) + value[len(mount.target):]
+        for target in targets:
+            if value == target or value.startswith(target + "/"):
+                value = places[target] + value[len(target):]
                 break
         env[key] = value
     env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))

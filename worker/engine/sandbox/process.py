@@ -8,13 +8,16 @@ import logging
 import os
 import queue
 import resource
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 
 from . import bwrap
+from .identity import IsolationError, SandboxIdentity, acquire, count_tasks_of
 from .spec import ResourceLimits, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -123,25 +126,15 @@ class MarkedLog:
         return self.before.text() + self._carry.decode("utf-8", "replace") + self.after.text()
 
 
-def _count_processes_of(uid: int) -> int:
-    count = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    count += len(os.listdir(f"/proc/{entry}/task"))
-            except OSError:
-                continue
-    return count
-
-
-def _limit_setter(limits: ResourceLimits, nproc: int):
+def _child_setup(limits: ResourceLimits, identity: SandboxIdentity):
+    """Runs in the child before bwrap is exec'd (after Popen switched to the sandbox's uid, if any)."""
     def apply() -> None:
+        identity.join_cgroup()
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        resource.setrlimit(resource.RLIMIT_NPROC, (identity.nproc, identity.nproc))
         if limits.address_space_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
 
@@ -166,35 +159,60 @@ class SandboxProcess:
         self.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
         self._proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
+        self.identity: SandboxIdentity | None = None
+        self._scratch_dirs: dict[str, str] = {}
+        self._release_lock = threading.Lock()
 
     # -- start / stop ------------------------------------------------------------------
     def start(self) -> None:
         read_fd, write_fd = os.pipe()
         env_spec = dataclasses.replace(self.spec, env={**self.spec.env, "KJ_MSG_FD": str(write_fd)})
-        if self.use_bwrap:
-            path = bwrap.find_bwrap()
-            if not path:
-                os.close(read_fd)
-                os.close(write_fd)
-                raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install the Debian package "
-                                         "'bubblewrap' or set KERNELJUDGE_BWRAP")
-            argv, env = bwrap.build_argv(path, env_spec, self.command), None
-        else:
-            argv, env = self.command, bwrap.host_env(env_spec)
-        nproc = _count_processes_of(os.getuid()) + self.spec.limits.extra_processes
+        limits = self.spec.limits
         try:
+            if self.use_bwrap:
+                path = bwrap.find_bwrap()
+                if not path:
+                    raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install the Debian package "
+                                             "'bubblewrap' or set KERNELJUDGE_BWRAP")
+                try:
+                    self.identity = acquire(self.spec.isolation, bwrap.host_paths(path, env_spec),
+                                            limits.extra_processes)
+                except (IsolationError, OSError) as exc:
+                    raise SandboxUnavailable(f"could not start the sandbox for {self.name}: {exc}") from exc
+                # bwrap gets an empty environment: the child's is exactly the spec's (--clearenv, --setenv).
+                argv = bwrap.build_argv(path, env_spec, self.command, unprivileged=self.identity.uid is not None)
+                env: dict[str, str] = {}
+            else:
+                self.identity = SandboxIdentity("self", count_tasks_of(os.getuid()) + limits.extra_processes)
+                self._scratch_dirs = {s.target: tempfile.mkdtemp(prefix="kj-scratch-") for s in self.spec.scratch}
+                argv, env = self.command, bwrap.host_env(env_spec, self._scratch_dirs)
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 pass_fds=(write_fd,), env=env, start_new_session=True,
-                preexec_fn=_limit_setter(self.spec.limits, nproc),
+                preexec_fn=_child_setup(limits, self.identity), **self.identity.popen_arguments(),
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
+            self._release()
             raise SandboxUnavailable(f"could not start the sandbox for {self.name}: {exc}") from exc
+        except BaseException:
+            self._release()
+            raise
         finally:
             os.close(write_fd)
+            if self._proc is None:
+                os.close(read_fd)
         self._spawn(self._pump, self._proc.stdout, self.stdout)
         self._spawn(self._pump, self._proc.stderr, self.stderr)
         self._spawn(self._read_messages, read_fd)
+
+    def _release(self) -> None:
+        """Give back the uid or cgroup and the scratch folders once no process of the sandbox is left."""
+        with self._release_lock:
+            if self.identity is not None:
+                self.identity.release()
+            for folder in self._scratch_dirs.values():
+                shutil.rmtree(folder, ignore_errors=True)
+            self._scratch_dirs = {}
 
     def _spawn(self, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"{self.name}-io")
@@ -245,13 +263,15 @@ class SandboxProcess:
 
     def kill(self) -> None:
         """Kill bubblewrap's whole process group; its PID namespace takes every descendant with it."""
-        if self._proc is None or self._proc.poll() is not None:
+        if self._proc is None:
             return
-        try:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self._proc.wait()
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._proc.wait()
+        self._release()
 
     def close(self, grace_s: float = 5.0) -> None:
         if self._proc is None:

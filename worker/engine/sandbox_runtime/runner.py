@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import sys
 import tempfile
 import traceback
@@ -69,6 +70,15 @@ def environment(device: torch.device) -> dict:
         except OSError:
             info["driver"] = None
     return info
+
+
+def install_built_extension() -> None:
+    """The built extension (KJ_EXT_BUILT, mounted read-only) into TORCH_EXTENSIONS_DIR: torch needs it
+    writable (a lock file), and it is the size-capped extension folder; copy2 keeps the mtimes, so the
+    candidate's load_inline finds the build up to date."""
+    built = os.environ.get("KJ_EXT_BUILT")
+    if built and os.path.isdir(built):
+        shutil.copytree(built, os.environ["TORCH_EXTENSIONS_DIR"], dirs_exist_ok=True)
 
 
 class Runner:
@@ -137,6 +147,7 @@ class Runner:
             if hard != resource.RLIM_INFINITY:
                 soft = min(soft, hard)
             resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        install_built_extension()
         # The source lives in the sandbox's private /tmp (a private directory without a sandbox).
         folder = tempfile.mkdtemp(prefix="kj-src-")
         path = os.path.join(folder, "module.py")

@@ -17,14 +17,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loglevel", default="INFO")
     args = parser.parse_args(argv)
     if os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
-        # Fail at start, not on every job, when this host cannot run the sandbox.
+        # Fail at start, not on every job: the sandbox must work, and one tiny evaluation must go through
+        # the judge and a candidate sandbox (worker/engine/startup_check.py) before this worker consumes.
+        from worker.engine.sandbox import SandboxUnavailable
         from worker.engine.sandbox.selfcheck import require_working_sandbox
         from worker.engine.settings import EngineSettings
+        from worker.engine.startup_check import run_startup_check
+        from worker.models import Device
 
         pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         gpu = int(pinned) if pinned.isdigit() else None
-        require_working_sandbox(use_gpu=gpu is not None, gpu_index=gpu,
-                                isolate_network=EngineSettings.from_env().isolate_network)
+        settings = EngineSettings.from_env()
+        require_working_sandbox(use_gpu=gpu is not None, gpu_index=gpu, isolate_network=settings.isolate_network,
+                                isolation=settings.isolation)
+        check = run_startup_check(settings, Device.cuda if gpu is not None else Device.cpu)
+        if not check.ok:
+            raise SandboxUnavailable(f"start-up check failed, this worker does not start: {check.message} "
+                                     "(KERNELJUDGE_SKIP_SELFCHECK=1 skips this check)")
     # Imported after parsing so that KERNELJUDGE_BROKER_URL (set by the parent) is in effect.
     from worker.jobs.pipeline import PipelineConfig
 
