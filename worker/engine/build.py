@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..models import SandboxKind
+from . import triton_cache
 from .cuda_build import pool
 from .cuda_build.pch import ensure_pchs
 from .cuda_build.source_map import map_compiler_log
@@ -149,6 +150,9 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, out_dir: Path, *, settin
                           paths=RunnerPaths(source=source_file, out_dir=out_dir, ext_dir=ext_dir), sandbox=sandbox)
     limits = ResourceLimits(cpu_s=int(limit_s * 4) + 30, address_space_bytes=pool.memory_cap_bytes())
     spec = runner_spec(config, settings, limits)
+    # Builds use the cores the device lanes do not reserve, below everything else (timing isolation).
+    spec.cpus = settings.cpu_plan().build_cpus or None
+    spec.nice = settings.build_nice
     spec.mounts = [mount for mount in spec.mounts if mount.source != RUNTIME_DIR]
     headers = pch_root(settings, torch_version).resolve()
     spec.mounts += [Mount(PACKAGE_DIR, str(PACKAGE_DIR)), Mount(headers, str(headers))]
@@ -231,6 +235,8 @@ def build_cuda_candidate(
 
 
 def private_copy(ext_dir: Path, destination: Path) -> Path:
-    """A writable copy for one run (torch takes a lock file in the build directory)."""
+    """A writable copy for one run (torch takes a lock file in the build directory); where it came from
+    is noted outside the runner's view, so that its Triton cache can go back there (triton_cache)."""
     shutil.copytree(ext_dir, destination, symlinks=True, copy_function=shutil.copy2, dirs_exist_ok=True)
+    triton_cache.remember_origin(ext_dir, destination)
     return destination

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models import Device, SandboxKind
+from . import triton_cache
+from .cpu_plan import pin_process_tree
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from .sandbox import ResourceLimits, SandboxUnavailable
 from .settings import EngineSettings
@@ -49,6 +51,10 @@ class WarmRunner:
 
     session: RunnerSession
     slot_dir: Path | None
+    # Cores it runs on once a job takes it (its lane's reserved cores; it starts on the build cores).
+    job_cpus: tuple[int, ...] = ()
+    # Where a candidate's Triton cache goes back to after the job (triton_cache.publish_from_slot).
+    triton_root: Path | None = None
 
     @property
     def ext_dir(self) -> Path | None:
@@ -61,9 +67,16 @@ class WarmRunner:
     def close(self) -> None:
         try:
             self.session.process.close(grace_s=2.0)
+            if self.slot_dir is not None and self.triton_root is not None:
+                triton_cache.publish_from_slot(self.triton_root, self.slot_dir)
         finally:
             if self.slot_dir is not None:
                 shutil.rmtree(self.slot_dir, ignore_errors=True)
+
+    def enter_job(self) -> None:
+        """Taken for a job: move to the lane's reserved cores (started warm on the build cores)."""
+        if self.job_cpus:
+            pin_process_tree(self.session.process.pid, self.job_cpus)
 
 
 class SandboxPool:
@@ -88,7 +101,9 @@ class SandboxPool:
     def take(self, timeout_s: float) -> WarmRunner:
         """A ready runner, for one candidate only. Waits while the pool is empty."""
         if self.size <= 0:
-            return self._start_runner()
+            runner = self._start_runner()
+            runner.enter_job()
+            return runner
         deadline = time.monotonic() + max(timeout_s, 0.0)
         with self._cond:
             while True:
@@ -96,6 +111,7 @@ class SandboxPool:
                     runner = self._ready.popleft()
                     self._cond.notify_all()  # the refiller starts the next one
                     if runner.alive:
+                        runner.enter_job()
                         return runner
                     log.warning("%s: a warm runner died while waiting; discarded", self.name)
                     self._teardown.put(runner)
@@ -196,14 +212,20 @@ def _slot_folder() -> Path:
 
 
 def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner:
-    """Start one candidate runner and wait until it is warm (SandboxUnavailable / UserFailure)."""
+    """Start one candidate runner and wait until it is warm (SandboxUnavailable / UserFailure).
+
+    It starts (imports torch and Triton) on the build cores, at normal priority, so that a start
+    never competes with a job timing on the lane's reserved cores; a job moves it there."""
     slot = _slot_folder()
     (slot / "ext").mkdir()
     limits = ResourceLimits(cpu_s=POOLED_CPU_S,
                             address_space_bytes=None if key.device == Device.cuda else 16 * 1024**3)
     config = RunnerConfig(role="candidate", mode="run", device=key.device.value,
                           paths=RunnerPaths(ext_dir=slot / "ext"), sandbox=key.sandbox)
-    runner = WarmRunner(RunnerSession(config, settings, limits), slot)
+    plan = settings.cpu_plan()
+    session = RunnerSession(config, settings, limits)
+    session.process.spec.cpus = plan.build_cpus or None
+    runner = WarmRunner(session, slot, job_cpus=plan.lane_cpus, triton_root=settings.triton_cache)
     try:
         runner.session.process.start()
         runner.session.wait_ready(time.monotonic() + READY_TIMEOUT_S)
@@ -216,7 +238,7 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
 def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> SandboxPool:
     """The pool of candidate runners for this kind of job (started on first use)."""
     key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.isolate_network,
-                  settings.cuda_arch_list, max(settings.warm_sandboxes, 0))
+                  settings.cuda_arch_list, settings.pool_size())
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:

@@ -93,8 +93,12 @@ def _count_processes_of(uid: int) -> int:
     return count
 
 
-def _limit_setter(limits: ResourceLimits, nproc: int):
+def _limit_setter(limits: ResourceLimits, nproc: int, cpus: tuple[int, ...] | None = None, nice: int = 0):
     def apply() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if nice > 0:
+            os.nice(nice)
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
@@ -140,7 +144,7 @@ class SandboxProcess:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 pass_fds=(write_fd,), env=env, start_new_session=True,
-                preexec_fn=_limit_setter(self.spec.limits, nproc),
+                preexec_fn=_limit_setter(self.spec.limits, nproc, self.spec.cpus, self.spec.nice),
             )
         except OSError as exc:
             raise SandboxUnavailable(f"could not start the sandbox for {self.name}: {exc}") from exc

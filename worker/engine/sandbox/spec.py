@@ -38,3 +38,7 @@ class SandboxSpec:
     workdir: str = "/tmp"
     tmp_size_bytes: int = 4 * 1024**3
     limits: ResourceLimits = field(default_factory=ResourceLimits)
+    # CPU cores the child may run on (None: any) and its nice value (0: the supervisor's), set before
+    # exec and inherited by everything it starts: timing isolation from builds (worker/engine/cpu_plan.py).
+    cpus: tuple[int, ...] | None = None
+    nice: int = 0

@@ -1,0 +1,207 @@
+"""The torch.compile baseline, measured in the background, once per problem, and persisted.
+
+A job whose problem has no compile baseline yet (or only a stale one) asks for it here and goes on;
+one background thread per device measures it with a judge of its own (never a job's judge, never a
+candidate's process):
+
+1. start the judge (the reference on one trial's inputs and the timing pool's; fresh secret seeds,
+   nothing of them kept) on the build cores, generating under the device's shared hold;
+2. compile the reference with torch.compile (default mode) and check its output on the first trial
+   against the eager one (sandbox_runtime/compile_baseline.py); the compile is host work of 10-60 s,
+   so it holds nothing on the device: it starts only while nobody times (GpuSchedule.background);
+3. time the eager and the compiled reference interleaved in one exclusive window (a calibration run
+   of each, then alternating blocks, eager-compiled then compiled-eager, so that drift cancels), and
+4. persist both medians and run counts (baselines.CompileBaselineRecord, and the eager timing as a
+   ReferenceTimingRecord), or why there is no compiled baseline.
+
+Jobs then attach the record (worker/engine/compile_baseline.py): a job's speedup against torch.compile
+is its own eager speedup times the record's eager/compiled ratio (baselines.compile_speedup). Only a
+job whose reward uses the compile baseline waits for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..models import EvalOptions
+from . import timing_stats
+from .baselines import (
+    COMPILE_BASELINE,
+    BaselineKey,
+    CompileBaselineRecord,
+    Record,
+    ReferenceTimingRecord,
+)
+from .judge import JudgeSession
+from .launch import UserFailure
+from .reference_cache import new_seeds
+from .settings import EngineSettings
+from .timing_protocol import CALIBRATION_RUNS, TimedRun, fixed_count
+
+log = logging.getLogger(__name__)
+
+BLOCKS = 4  # alternating blocks per side in the timing window
+
+
+@dataclass(frozen=True)
+class BaselineTask:
+    key: BaselineKey
+    reference: str
+    options: EvalOptions  # the first asking job's: device, sandbox, tolerances and timing budget
+
+
+@dataclass
+class WindowSamples:
+    eager_ms: list[float]
+    compiled_ms: list[float]
+    runs: int  # per side
+
+
+def interleaved_window(time_side: Callable[[bool, int], TimedRun], options: EvalOptions) -> WindowSamples:
+    """Eager and compiled timed in alternating blocks (`time_side(compiled, runs)`), as many calls per
+    side as the timing protocol fixes from a calibration run of each."""
+    calibration = [time_side(False, CALIBRATION_RUNS), time_side(True, CALIBRATION_RUNS)]
+    runs = max(fixed_count(c.device_ms, options) for c in calibration)
+    per_block = max(1, math.ceil(runs / BLOCKS))
+    eager: list[float] = []
+    compiled: list[float] = []
+    for block in range(BLOCKS):
+        order = (False, True) if block % 2 == 0 else (True, False)
+        for side in order:
+            (compiled if side else eager).extend(time_side(side, per_block).device_ms)
+    return WindowSamples(eager, compiled, per_block * BLOCKS)
+
+
+def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, list[Record]]:
+    """Measure one problem's compile baseline (see the module docstring); the key is the one the judge
+    reports (its device model). Raises UserFailure when the reference itself fails."""
+    schedule = settings.gpu_schedule
+    opts = task.options.model_copy(update={"trials": 1, "seed": None})
+    deadline = time.monotonic() + settings.compile_baseline_timeout_s
+    seeds = new_seeds(None, 1, settings.timing_pool_size)
+    seeds["shape_seeds"] = []
+    judge = JudgeSession(task.reference, opts, settings)
+    judge.session.process.spec.cpus = settings.cpu_plan().build_cpus or None
+    measured_on = f"{socket.gethostname()}:gpu{settings.gpu_index}" if settings.gpu_index is not None \
+        else socket.gethostname()
+    try:
+        judge.launch(deadline)
+        with schedule.shared() if schedule is not None else contextlib.nullcontext():
+            generated = judge.generate(seeds, deadline, shape_max_bytes=0)
+        key = BaselineKey.of(task.reference, opts.device.value, generated.environment.get("gpu_name"))
+        with schedule.background() if schedule is not None else contextlib.nullcontext():
+            try:
+                compiled = judge.compile(deadline)
+            except UserFailure as failure:
+                reason = f"torch.compile of the reference broke the judge ({failure.kind}): {failure.message[:500]}"
+                return key, [CompileBaselineRecord(False, time.time(), reason, measured_on=measured_on)]
+        if not compiled.available:
+            return key, [CompileBaselineRecord(False, time.time(), compiled.reason or "not available",
+                                               compile_s=compiled.compile_s, measured_on=measured_on)]
+
+        def time_side(side_compiled: bool, runs: int) -> TimedRun:
+            return judge.time(runs, deadline, compiled=side_compiled)
+
+        with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
+            try:
+                window = interleaved_window(time_side, opts)
+            except UserFailure as failure:
+                reason = f"the compiled reference failed while timed ({failure.kind}): {failure.message[:500]}"
+                return key, [CompileBaselineRecord(False, time.time(), reason, compile_s=compiled.compile_s,
+                                                   measured_on=measured_on)]
+    finally:
+        judge.close()
+    eager = timing_stats.summarize(window.eager_ms)
+    compiled_stats = timing_stats.summarize(window.compiled_ms)
+    now = time.time()
+    return key, [
+        CompileBaselineRecord(True, now, None, eager.median_ms, compiled_stats.median_ms, window.runs, window.runs,
+                              compiled.compile_s, BLOCKS, measured_on, compiled_stats.model_dump()),
+        ReferenceTimingRecord(eager.median_ms, window.runs, now, measured_on),
+    ]
+
+
+class BaselineWorker:
+    """One device's background thread: measures asked-for baselines one at a time, in asking order."""
+
+    def __init__(self, settings: EngineSettings,
+                 measure_task: Callable[[BaselineTask, EngineSettings], tuple[BaselineKey, list[Record]]] = measure):
+        self.settings = settings
+        self.book = settings.baseline_book()
+        self._measure = measure_task
+        self._queue: deque[BaselineTask] = deque()
+        self._pending: set[BaselineKey] = set()
+        self._failed: dict[BaselineKey, str] = {}  # the reference failed in the baseline's judge
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="compile-baselines", daemon=True)
+        self._thread.start()
+
+    def request(self, task: BaselineTask) -> None:
+        """Measure `task` in the background unless it is already queued or being measured."""
+        with self._cond:
+            if task.key in self._pending:
+                return
+            self._pending.add(task.key)
+            self._failed.pop(task.key, None)
+            self._queue.append(task)
+            self._cond.notify_all()
+
+    def pending(self, key: BaselineKey) -> bool:
+        with self._cond:
+            return key in self._pending
+
+    def failure(self, key: BaselineKey) -> str | None:
+        with self._cond:
+            return self._failed.get(key)
+
+    def wait(self, key: BaselineKey, timeout_s: float) -> Record | None:
+        """Wait until `key` is measured (or `timeout_s`); its compile baseline record then, if any."""
+        with self._cond:
+            self._cond.wait_for(lambda: key not in self._pending, timeout_s)
+        return self.book.get(key, COMPILE_BASELINE)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue))
+                task = self._queue.popleft()
+            failure = None
+            try:
+                measured_key, records = self._measure(task, self.settings)
+                for record in records:
+                    self.book.put(measured_key, record)
+                    if measured_key != task.key:  # the job guessed another device model: answer it too
+                        self.book.put(task.key, record)
+            except UserFailure as exc:
+                failure = f"the reference failed in the baseline's judge ({exc.kind}): {exc.message[:300]}"
+            except Exception as exc:  # noqa: BLE001 - the thread must go on with the next problem
+                log.exception("measuring a compile baseline failed")
+                failure = f"the baseline could not be measured: {type(exc).__name__}: {exc}"
+            with self._cond:
+                self._pending.discard(task.key)
+                if failure is not None:
+                    self._failed[task.key] = failure
+                self._cond.notify_all()
+
+
+_workers: dict[tuple, BaselineWorker] = {}
+_workers_lock = threading.Lock()
+
+
+def worker_for(settings: EngineSettings) -> BaselineWorker:
+    """This device's baseline worker (one per GPU index and baseline book)."""
+    book = settings.baseline_book()
+    key = (settings.gpu_index, id(book))
+    with _workers_lock:
+        worker = _workers.get(key)
+        if worker is None:
+            worker = _workers[key] = BaselineWorker(settings)
+        return worker
