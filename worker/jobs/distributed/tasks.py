@@ -49,18 +49,37 @@ def process_lane() -> DeviceLane:
         return _lane
 
 
+def claim_for_message(lane: DeviceLane, job_id: str):
+    """What one message makes this lane run: (job or None, why).
+
+    A message is a token for one claim, not an order for its job: the lane claims by its claim policy
+    (worker/jobs/claim_policy.py), grouping a problem's jobs on its judge like the embedded workers, so
+    the job the message names may be run by another message's claim, and this one claims another.
+    Every job has its message, and each message claims at most one job, so none is left behind. A
+    message delivered again for a job whose worker died (in flight) still means that job: it is run
+    again or failed (JobStore.claim).
+    """
+    store = lane.pipeline.store
+    named = store.get(job_id)
+    if named is not None and named.status != "queued" and not named.terminal:
+        return store.claim(job_id, lane.identity.name, lane.identity.gpu)
+    job = lane.claim_next()
+    if job is None:
+        return None, "no queued job left: other messages' claims ran them"
+    return job, "claimed" if job.id == job_id else f"claimed {job.id} by the lane's claim policy"
+
+
 # acks_late and reject_on_worker_lost come from make_celery's config (task_acks_late, ...).
 @celery_app.task(name=TASK_NAME)
 def evaluate_job(job_id: str) -> str:
     lane = process_lane()
     store = lane.pipeline.store
-    identity = lane.identity
     why = "not claimed: the worker is stopping"
     claimed = None
 
     def claim():
         nonlocal why, claimed
-        claimed, why = store.claim(job_id, identity.name, identity.gpu)
+        claimed, why = claim_for_message(lane, job_id)
         return claimed
 
     started = lane.admit(claim)
@@ -73,11 +92,11 @@ def evaluate_job(job_id: str) -> str:
         final = started.result(timeout=soft_limit)
     except FutureTimeout:
         assert claimed is not None
-        if store.fail(job_id, "the job exceeded the worker's time limit (KERNELJUDGE_JOB_TIME_LIMIT_S)",
+        if store.fail(claimed.id, "the job exceeded the worker's time limit (KERNELJUDGE_JOB_TIME_LIMIT_S)",
                       attempt=claimed.attempts):
-            final = store.get(job_id)
+            final = store.get(claimed.id)
             if final is not None:
                 lane.pipeline.finished(final)
         else:
-            final = store.get(job_id)
+            final = store.get(claimed.id)
     return final.status if final else "superseded"
