@@ -198,10 +198,15 @@ _workers_lock = threading.Lock()
 
 def worker_for(settings: EngineSettings) -> BaselineWorker:
     """This device's baseline worker (one per GPU index and baseline book)."""
-    book = settings.baseline_book()
-    key = (settings.gpu_index, id(book))
+    key = (settings.gpu_index, id(settings.baseline_book()))
     with _workers_lock:
         worker = _workers.get(key)
         if worker is None:
             worker = _workers[key] = BaselineWorker(settings)
         return worker
+
+
+def register(settings: EngineSettings, worker: BaselineWorker) -> None:
+    """Serve this device and book with `worker` (a test's, measuring with a stand-in)."""
+    with _workers_lock:
+        _workers[(settings.gpu_index, id(settings.baseline_book()))] = worker

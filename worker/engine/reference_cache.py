@@ -229,6 +229,10 @@ class ReferenceCache:
         with self._lock:
             return {key.reference_sha256 for key in (*self._entries, *self._warming)}
 
+    def entries_of(self, key: ProblemKey) -> list[CachedReference]:
+        with self._lock:
+            return list(self._entries.get(key, ()))
+
     def counts(self) -> CacheCounts:
         with self._lock:
             entries = [e for group in self._entries.values() for e in group]
