@@ -41,6 +41,7 @@ def test_plain_candidate_takes_the_fast_path_and_ninja_sees_it_up_to_date(build_
     assert outcome.record.summary()["path"] == "fast", outcome.record
     extension = only_extension(outcome)
     assert extension["abi_check"] == "loaded; functions: twice_cuda"
+    assert extension["merge"] == "" and "host+main" in extension["steps"], "main.cpp and the host half as one unit"
     directory = outcome.ext_dir / "kj_test_plain"
     # What the candidate's own load_inline runs at import (the sandbox's ninja, the interpreter's
     # environment's): ninja must find nothing to do.

@@ -44,6 +44,7 @@ class ExtensionBuild:
     steps: dict[str, float] = field(default_factory=dict)
     linked: bool = True
     abi_check: str = ""  # CPU torch only: what loading the host half into CPU torch showed
+    merge: str = ""  # fast path: why main.cpp and the host half were compiled apart ("": as one unit)
 
 
 @dataclass
@@ -94,6 +95,7 @@ class BuildSession:
         record.path = "fast"
         record.steps = report.seconds
         record.linked = report.linked
+        record.merge = report.merge
         if not self.cuda_torch:
             record.abi_check = abi_check(directory, self.toolchain)
 
