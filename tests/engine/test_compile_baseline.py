@@ -48,7 +48,10 @@ def test_a_job_rewarded_against_compile_waits_for_the_baseline_and_later_jobs_re
     assert eager is not None and eager.median_ms > 0 and eager.runs > 0
 
 
-def test_a_job_that_does_not_reward_compile_does_not_wait_and_says_it_is_pending(run_eval):
+def test_in_the_service_a_job_that_does_not_reward_compile_does_not_wait_and_says_it_is_pending(run_eval, settings):
+    from worker.engine.gpu_schedule import GpuSchedule
+
+    settings.gpu_schedule = GpuSchedule("cpu0")  # the service's lane (the engine alone always waits)
     result = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4104, compile_baseline=True, **TIMING)
     assert result.status == EvalStatus.ok, result.error
     assert result.extra["compile_baseline"] == {"state": "pending"}

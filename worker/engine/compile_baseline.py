@@ -5,7 +5,8 @@ The baseline is measured once per problem, device model and torch/Triton version
 store for the service). A job that finds no record asks for one and goes on without it
 (`extra.compile_baseline.state` = "pending"); only a job whose reward uses the compile baseline
 (`options.reward_baseline == "compile"`) waits for it, holding nothing on the device meanwhile
-("waited"). A stale record (older than `baseline_retime_s`) is still attached and measured again
+("waited"), and so does every job of the engine alone (no device schedule to keep the background
+measurement apart from the next job's timing). A stale record (older than `baseline_retime_s`) is still attached and measured again
 in the background. The job's speedup against torch.compile is its own eager speedup scaled by the
 record's eager/compiled ratio (baselines.compile_speedup). Every way of not having a baseline is
 recorded as a reason on the result (`timing.compile_baseline_missing`).

@@ -289,12 +289,14 @@ class DeviceStage:
 
     def _compile_baseline(self, entry: CachedReference) -> str | None:
         """Why this job has no torch.compile baseline, or None (its problem's persisted record is attached).
-        Only a job whose reward uses it waits for it; the others say it is pending (compile_baseline)."""
+        Only a job whose reward uses it waits for it; the others say it is pending (compile_baseline). The
+        engine alone (no device schedule: `kerneljudge eval`, a library call) always waits: nothing would
+        keep the background measurement from overlapping the next job's timing."""
         del entry  # the baseline is measured by a judge of its own (baseline_worker), not the job's
         off = compile_baseline.off_reason(self.options, self.settings)
         if off is not None:
             return off
-        wait = self.options.reward_baseline == "compile" or self.settings.compile_baseline_wait
+        wait = self.options.reward_baseline == "compile" or self.settings.gpu_schedule is None
         attached = compile_baseline.attach(self._baseline_key, self.prepared.request.reference, self.options,
                                            self.settings, wait=wait,
                                            release_device=lambda: notify(self.on_stage, BASELINE_WAIT_STAGE))

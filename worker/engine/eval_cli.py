@@ -109,8 +109,6 @@ def run(args: argparse.Namespace) -> int:
     settings = EngineSettings.from_env()
     # One evaluation and exit: a warm runner started for a next job would only be thrown away.
     settings.warm_sandboxes = 0
-    # Nor would a compile baseline measured in the background reach a later job: this one waits for it.
-    settings.compile_baseline_wait = True
     result = evaluate(request, settings=settings, on_stage=progress)
     print(result.model_dump_json(indent=2) if args.json else summary(result))
     internal = result.status == EvalStatus.sandbox_error

@@ -9,7 +9,7 @@ what it holds are measured for the cache (its miss cost and its share of the mem
 `JudgeWarmer` starts judges ahead of their jobs: the service's pipeline asks it as soon as it
 claims a job (worker/jobs/pipeline.py), so that the reference stage (5-15 s for a new judge on an
 H100) overlaps the candidate's build instead of following it. One judge starts at a time per
-device; a job whose problem's judge is starting waits for it (reference_cache.warming).
+device slot; a job whose problem's judge is starting waits for it (reference_cache.warming).
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey,
 class JudgeWarmer:
     """Judges started ahead of their jobs, one at a time per device (see the module docstring)."""
 
-    def __init__(self, cache: ReferenceCache) -> None:
+    def __init__(self, cache: ReferenceCache, threads: int = 1) -> None:
         self.cache = cache
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="judge-warm")
+        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="judge-warm")
 
     def warm(self, request: EvalRequest, settings: EngineSettings) -> bool:
         """Start `request`'s judge in the background unless one is cached or starting; True if started."""
@@ -119,7 +119,9 @@ def warmer_for(settings: EngineSettings) -> JudgeWarmer:
     with _warmers_lock:
         warmer = _warmers.get(id(cache))
         if warmer is None:
-            warmer = _warmers[id(cache)] = JudgeWarmer(cache)
+            # As many judges start at once as jobs may share the device (each generates on it).
+            threads = settings.gpu_schedule.sharers if settings.gpu_schedule is not None else 1
+            warmer = _warmers[id(cache)] = JudgeWarmer(cache, threads)
         return warmer
 
 

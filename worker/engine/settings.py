@@ -62,9 +62,6 @@ class EngineSettings:
     # for every job on this worker whatever the job's options say.
     compile_baseline: bool = True
     compile_baseline_timeout_s: float = 600.0
-    # Every job waits for its problem's compile baseline, not only those whose reward uses it
-    # (`kerneljudge eval`: one job, and the process ends with it).
-    compile_baseline_wait: bool = False
     # Persisted per-problem baselines (worker/engine/baselines.py) older than this are measured again.
     baseline_retime_s: float = 86400.0
     # Where baselines are kept: the job store's book for the service (set by the pipeline); None: this
