@@ -284,6 +284,7 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
               broker: str | None, seed: int, progress) -> None:
     """Submit every pair at once, in shuffled order, and collect the verdicts until `deadline`."""
     from kerneljudge.client import KernelJudgeClient
+    from kerneljudge.errors import ServiceUnavailableError
 
     order = list(pairs)
     random.Random(seed).shuffle(order)
@@ -297,7 +298,11 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
             first_submit = min(entry.job.created_at for entry in entries if entry.job)
             pending = list(ids)
             while pending and time.monotonic() < deadline:
-                jobs = client.wait_many(pending, timeout=min(20.0, max(1.0, deadline - time.monotonic())))
+                try:
+                    jobs = client.wait_many(pending, timeout=min(60.0, max(1.0, deadline - time.monotonic())))
+                except ServiceUnavailableError as exc:  # a loaded server answers late: ask again
+                    phase.note = f"the service answered slowly: {str(exc)[:120]}"
+                    continue
                 for job in jobs:
                     if job.finished:
                         phase.outcomes[ids[job.id]] = _outcome(job)
