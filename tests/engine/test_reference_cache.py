@@ -153,12 +153,18 @@ def _budgeted(budget: MemoryBudget, **options) -> ReferenceCache:
     return ReferenceCache(64, max_age_s=600.0, max_uses=100, retime_s=120.0, budget=budget, **options)
 
 
+def _kept(cache: ReferenceCache, *entries: CachedReference) -> list[CachedReference]:
+    """Entries added by their jobs, which are done with them."""
+    added = [cache.add(entry) for entry in entries]
+    for entry in added:
+        cache.checkin(entry, healthy=True)
+    return added
+
+
 def test_judges_stay_within_the_memory_budget_and_the_cheapest_to_lose_goes_first():
     cache = _budgeted(MemoryBudget(device_limit=1000, host_limit=10_000))
-    costly = cache.add(_sized(_key("costly"), cost_s=10.0, device=400))
-    cheap = cache.add(_sized(_key("cheap"), cost_s=1.0, device=400))
-    for entry in (costly, cheap):
-        cache.checkin(entry, healthy=True)
+    costly, cheap = _kept(cache, _sized(_key("costly"), cost_s=10.0, device=400),
+                          _sized(_key("cheap"), cost_s=1.0, device=400))
     newest = cache.add(_sized(_key("newest"), cost_s=5.0, device=400))  # 1200 bytes: over the budget
     assert cheap.judge.closed.wait(30)
     assert not costly.judge.closed.is_set() and not newest.judge.closed.is_set()
@@ -168,10 +174,8 @@ def test_judges_stay_within_the_memory_budget_and_the_cheapest_to_lose_goes_firs
 
 def test_an_entry_holding_more_memory_goes_before_a_smaller_one_of_the_same_cost():
     cache = _budgeted(MemoryBudget(device_limit=1000, host_limit=10_000))
-    large = cache.add(_sized(_key("large"), cost_s=5.0, device=600))
-    small = cache.add(_sized(_key("small"), cost_s=5.0, device=200))
-    for entry in (large, small):
-        cache.checkin(entry, healthy=True)
+    large, small = _kept(cache, _sized(_key("large"), cost_s=5.0, device=600),
+                         _sized(_key("small"), cost_s=5.0, device=200))
     cache.add(_sized(_key("new"), cost_s=5.0, device=300))
     assert large.judge.closed.wait(30) and not small.judge.closed.is_set()
 
@@ -179,18 +183,14 @@ def test_an_entry_holding_more_memory_goes_before_a_smaller_one_of_the_same_cost
 def test_a_costly_entry_unused_for_long_loses_to_newer_ones():
     """Evictions raise the cache's inflation, so values of entries used long ago fall behind (recency)."""
     cache = _budgeted(MemoryBudget(device_limit=1000, host_limit=10_000))
-    old = cache.add(_sized(_key("old"), cost_s=6.0, device=500))
-    cache.checkin(old, healthy=True)
-    for index in range(12):
-        entry = cache.add(_sized(_key(f"p{index}"), cost_s=2.0, device=500))
-        cache.checkin(entry, healthy=True)
+    (old,) = _kept(cache, _sized(_key("old"), cost_s=6.0, device=500))
+    _kept(cache, *(_sized(_key(f"p{index}"), cost_s=2.0, device=500) for index in range(12)))
     assert old.judge.closed.wait(30)
 
 
 def test_the_host_memory_budget_counts_too():
     cache = _budgeted(MemoryBudget(device_limit=None, host_limit=1000))
-    first = cache.add(_sized(_key("a"), cost_s=1.0, device=0, host=700))
-    cache.checkin(first, healthy=True)
+    (first,) = _kept(cache, _sized(_key("a"), cost_s=1.0, device=0, host=700))
     cache.add(_sized(_key("b"), cost_s=1.0, device=0, host=700))
     assert first.judge.closed.wait(30)
 
@@ -201,8 +201,7 @@ def test_short_device_memory_gives_up_one_more_judge_than_the_budget():
             return True
 
     cache = _budgeted(Short(device_limit=10_000, host_limit=10_000))
-    first = cache.add(_sized(_key("a"), cost_s=1.0, device=100))
-    cache.checkin(first, healthy=True)
+    (first,) = _kept(cache, _sized(_key("a"), cost_s=1.0, device=100))
     second = cache.add(_sized(_key("b"), cost_s=1.0, device=100))
     assert first.judge.closed.wait(30) and not second.judge.closed.is_set()
 

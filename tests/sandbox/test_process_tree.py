@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from worker.engine.process_tree import descendants
 from worker.engine.sandbox import ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
 from worker.engine.sandbox.process import CappedLog
 
@@ -26,23 +27,7 @@ while True:
 
 
 def _descendants(pid: int) -> set[int]:
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    return set(descendants(pid)) - {pid}
 
 
 def _alive(pid: int) -> bool:
