@@ -73,11 +73,11 @@ class PipelineConfig:
         on its own problem (each job of a problem needs a judge of that problem)."""
         return max(1, self.capacity // self.device_concurrency)
 
-    @property
-    def warm_sandboxes(self) -> int:
-        """Warm candidate runners per lane when none is configured: one per device slot, and two started
-        ahead for the jobs being prepared."""
-        return self.device_concurrency + min(self.prepare_ahead, 2)
+    def warm_sandboxes(self, device: str) -> int:
+        """Warm candidate runners per lane when none is configured: on a GPU one per device slot, and two
+        started ahead for the jobs being prepared; on a CPU worker one (there the runners' start-ups would
+        take the very cores the jobs run and time on)."""
+        return self.device_concurrency + min(self.prepare_ahead, 2) if device == "cuda" else 1
 
     @classmethod
     def from_env(cls) -> PipelineConfig:
@@ -121,7 +121,7 @@ class DeviceLane:
         self.capacity = config.capacity
         self.schedule = GpuSchedule(identity.name, config.device_concurrency)
         self.settings = pipeline.settings_factory(identity, self.schedule)
-        _configure_lane(self.settings, pipeline, index, lanes)
+        _configure_lane(self.settings, pipeline, identity, index, lanes)
         self.claims = ClaimPolicy(per_problem=config.per_problem, burst=config.claim_burst)
         self._cond = threading.Condition()
         self._admitted = self._preparing = self._executing = self._waiting = 0
@@ -323,13 +323,13 @@ class DeviceLane:
             thread.join(timeout_s)  # a thread mid-job is abandoned; its job is requeued next start
 
 
-def _configure_lane(settings, pipeline: JobPipeline, index: int, lanes: int) -> None:
+def _configure_lane(settings, pipeline: JobPipeline, identity: WorkerIdentity, index: int, lanes: int) -> None:
     """What the engine learns from the lane it serves: persisted baselines in the job store, the warm
     runner pool sized to the lane, and the lane's place on its host (its reserved cores, cpu_plan)."""
     if hasattr(settings, "baselines"):
         settings.baselines = pipeline.baselines
     if getattr(settings, "warm_sandboxes", 0) is None:
-        settings.warm_sandboxes = pipeline.config.warm_sandboxes
+        settings.warm_sandboxes = pipeline.config.warm_sandboxes(identity.device)
     if hasattr(settings, "lane_index") and lanes > 1:
         settings.lane_index, settings.lanes_on_host = index, lanes
 
