@@ -13,11 +13,13 @@ import logging
 import os
 import socket
 import threading
+import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from worker.jobs.pipeline import DeviceLane, JobPipeline, PipelineConfig
 from worker.jobs.store import JobStore
 from worker.jobs.store.callbacks import CallbackSender
+from worker.jobs.store.jobs import job_time_limit_from_env
 from worker.jobs.store.runner import WorkerIdentity
 
 from .celery_app import TASK_NAME, celery_app, time_limits
@@ -55,13 +57,15 @@ def claim_for_message(lane: DeviceLane, job_id: str):
     A message is a token for one claim, not an order for its job: the lane claims by its claim policy
     (worker/jobs/claim_policy.py), grouping a problem's jobs on its judge like the embedded workers, so
     the job the message names may be run by another message's claim, and this one claims another.
-    Every job has its message, and each message claims at most one job, so none is left behind. A
-    message delivered again for a job whose worker died (in flight) still means that job: it is run
-    again or failed (JobStore.claim).
+    Every job has its message, and each message claims at most one job, so none is left behind. A named
+    job in flight is normally another message's claim, running; only one in flight for longer than any
+    job may run was left by a worker that died without its host's supervisor to requeue it (the broker
+    delivers such a message again after its visibility timeout): it is run again or failed (JobStore.claim).
     """
     store = lane.pipeline.store
     named = store.get(job_id)
-    if named is not None and named.status != "queued" and not named.terminal:
+    if named is not None and named.status != "queued" and not named.terminal and named.building_at is not None \
+            and time.time() - named.building_at > job_time_limit_from_env():
         return store.claim(job_id, lane.identity.name, lane.identity.gpu)
     job = lane.claim_next()
     if job is None:
