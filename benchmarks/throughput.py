@@ -435,7 +435,7 @@ def agreement(service: Phase, serial: Phase, pairs: list[Pair]) -> Agreement:
             found.same_verdict += 1
         else:
             found.mismatches.append(f"{name}: service {outcome.verdict}, serial {other.verdict}")
-        if name in honest and outcome.speedup and other.speedup:
+        if name in honest and outcome.verdict == other.verdict == "ok" and outcome.speedup and other.speedup:
             found.honest_timed += 1
             if abs(outcome.speedup / other.speedup - 1) <= SPEEDUP_TOLERANCE:
                 found.speedup_within += 1
