@@ -109,13 +109,42 @@ def test_only_a_job_whose_reward_uses_the_compile_baseline_waits_for_it(db_url):
     assert pending.state == "pending" and pending.record is None and not released
     assert pending.missing.startswith("pending")
 
-    results = []
-    waiter = threading.Thread(target=lambda: results.append(attach(settings, wait=True)))
-    waiter.start()
     assert baseline_worker.worker_for(settings).pending(KEY)
-    measure.release.set()
-    waiter.join(30)
+    results = [attach(settings, wait=True, on_release=measure.release.set)]  # released as the job starts waiting
     (waited, released), = results
     assert waited.state == "waited" and waited.missing is None and released, "waits holding no device"
     assert measure.calls == 1, "one measurement for both jobs"
     assert settings.baseline_book().get(KEY, COMPILE_BASELINE).available
+
+
+def test_a_baseline_no_job_waits_for_is_measured_once_the_lane_is_quiet(db_url):
+    from worker.engine.gpu_schedule import GpuSchedule
+
+    measured: list[BaselineKey] = []
+    done = {name: threading.Event() for name in ("deferred", "urgent")}
+    keys = {name: BaselineKey.of(f"# {name}\n{REFERENCE}", "cuda", "GPU") for name in done}
+
+    def measure(task, settings):
+        measured.append(task.key)
+        done[next(name for name, key in keys.items() if key == task.key)].set()
+        now = time.time()
+        return task.key, [CompileBaselineRecord(True, now, None, 2.0, 1.0, 50, 50, 12.5, 4, "test")]
+
+    settings = EngineSettings()
+    settings.baselines = StoreBaselineBook(JobStore(db_url))
+    settings.gpu_schedule = GpuSchedule("gpu0", sharers=2)
+    settings.gpu_schedule.note_lane_jobs(5)  # a batch is running
+    worker = baseline_worker.BaselineWorker(settings, measure_task=measure)
+    baseline_worker.register(settings, worker)
+
+    def ask(name: str, *, wait: bool):
+        return compile_baseline.attach(keys[name], f"# {name}\n{REFERENCE}", OPTIONS, settings, wait=wait,
+                                       release_device=lambda: None)
+
+    assert ask("deferred", wait=False).state == "pending"
+    waited = ask("urgent", wait=True)  # asked later, but a job waits for it: measured first, lane busy or not
+    assert waited.state == "waited" and measured == [keys["urgent"]]
+    assert worker.pending(keys["deferred"]) and not done["deferred"].is_set()
+    settings.gpu_schedule.note_lane_jobs(0)  # the batch is over
+    assert done["deferred"].wait(30)
+    assert measured == [keys["urgent"], keys["deferred"]]

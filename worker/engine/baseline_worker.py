@@ -2,7 +2,8 @@
 
 A job whose problem has no compile baseline yet (or only a stale one) asks for it here and goes on;
 one background thread per device measures it with a judge of its own (never a job's judge, never a
-candidate's process):
+candidate's process), at once when a job waits for it (its reward uses it), else once the lane is
+quiet (a batch's builds and timings go first; at the latest DEFER_LIMIT_S after it was asked for):
 
 1. start the judge (the reference on one trial's inputs and the timing pool's; fresh secret seeds,
    nothing of them kept) on the build cores, generating under the device's shared hold;
@@ -24,12 +25,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..models import EvalOptions
 from . import timing_stats
@@ -49,6 +51,16 @@ from .timing_protocol import CALIBRATION_RUNS, TimedRun, fixed_count
 log = logging.getLogger(__name__)
 
 BLOCKS = 4  # alternating blocks per side in the timing window
+# Each side's timing budget in the window (at most the asking job's): a ratio of medians needs no more,
+# and the window holds the whole device.
+WINDOW_BUDGET_S = 1.0
+# A baseline no job waits for is measured while the lane is idle (its compile would take build cores,
+# its window the device, from a batch): once the lane has had nothing to do for QUIET_S, or at the
+# latest DEFER_LIMIT_S after it was asked for.
+QUIET_S = 2.0
+DEFER_LIMIT_S = 600.0
+POLL_S = 0.5
+COMPILE_CORES = 4
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class BaselineTask:
     key: BaselineKey
     reference: str
     options: EvalOptions  # the first asking job's: device, sandbox, tolerances and timing budget
+    asked_at: float = field(default_factory=time.monotonic, compare=False)
 
 
 @dataclass
@@ -84,7 +97,8 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
     """Measure one problem's compile baseline (see the module docstring); the key is the one the judge
     reports (its device model). Raises UserFailure when the reference itself fails."""
     schedule = settings.gpu_schedule
-    opts = task.options.model_copy(update={"trials": 1, "seed": None})
+    opts = task.options.model_copy(update={"trials": 1, "seed": None,
+                                           "timing_budget_s": min(task.options.timing_budget_s, WINDOW_BUDGET_S)})
     deadline = time.monotonic() + settings.compile_baseline_timeout_s
     seeds = new_seeds(None, 1, settings.timing_pool_size)
     seeds["shape_seeds"] = []
@@ -130,19 +144,22 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
 
 
 class BaselineWorker:
-    """One device's background thread: measures asked-for baselines one at a time, in asking order."""
+    """One device's background threads: measure asked-for baselines, those jobs wait for first, in asking order."""
 
     def __init__(self, settings: EngineSettings,
-                 measure_task: Callable[[BaselineTask, EngineSettings], tuple[BaselineKey, list[Record]]] = measure):
+                 measure_task: Callable[[BaselineTask, EngineSettings], tuple[BaselineKey, list[Record]]] = measure,
+                 threads: int = 1):
         self.settings = settings
         self.book = settings.baseline_book()
         self._measure = measure_task
         self._queue: deque[BaselineTask] = deque()
         self._pending: set[BaselineKey] = set()
         self._failed: dict[BaselineKey, str] = {}  # the reference failed in the baseline's judge
+        self._waiters: dict[BaselineKey, int] = {}  # jobs waiting for a key
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._loop, name="compile-baselines", daemon=True)
-        self._thread.start()
+        # Compiles are host work on the build cores: several at once; their windows take turns on the device.
+        for index in range(max(1, threads)):
+            threading.Thread(target=self._loop, name=f"compile-baselines-{index}", daemon=True).start()
 
     def request(self, task: BaselineTask) -> None:
         """Measure `task` in the background unless it is already queued or being measured."""
@@ -163,16 +180,45 @@ class BaselineWorker:
             return self._failed.get(key)
 
     def wait(self, key: BaselineKey, timeout_s: float) -> Record | None:
-        """Wait until `key` is measured (or `timeout_s`); its compile baseline record then, if any."""
+        """Wait until `key` is measured (or `timeout_s`); its compile baseline record then, if any. A key
+        a job waits for is measured next, whatever the lane is doing."""
         with self._cond:
-            self._cond.wait_for(lambda: key not in self._pending, timeout_s)
+            self._waiters[key] = self._waiters.get(key, 0) + 1
+            self._cond.notify_all()
+            try:
+                self._cond.wait_for(lambda: key not in self._pending, timeout_s)
+            finally:
+                self._waiters[key] -= 1
+                if not self._waiters[key]:
+                    del self._waiters[key]
         return self.book.get(key, COMPILE_BASELINE)
+
+    def _next(self) -> BaselineTask:
+        """The next task: one a job waits for at once; else the oldest, once the lane is quiet (see
+        QUIET_S, DEFER_LIMIT_S). Called with the condition held; waits on it."""
+        schedule = self.settings.gpu_schedule
+        quiet_since: float | None = None
+        while True:
+            self._cond.wait_for(lambda: bool(self._queue))
+            urgent = [t for t in self._queue if self._waiters.get(t.key)]
+            task = urgent[0] if urgent else self._queue[0]
+            now = time.monotonic()
+            if schedule is None or urgent or now - task.asked_at > DEFER_LIMIT_S:
+                self._queue.remove(task)
+                return task
+            if not schedule.idle:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= QUIET_S:
+                self._queue.remove(task)
+                return task
+            self._cond.wait(POLL_S)  # the lane's quiet is polled; a waiting job wakes this at once
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue))
-                task = self._queue.popleft()
+                task = self._next()
             failure = None
             try:
                 measured_key, records = self._measure(task, self.settings)
@@ -202,7 +248,11 @@ def worker_for(settings: EngineSettings) -> BaselineWorker:
     with _workers_lock:
         worker = _workers.get(key)
         if worker is None:
-            worker = _workers[key] = BaselineWorker(settings)
+            # One compile per COMPILE_CORES of the build cores (Inductor compiles with up to 4 threads); one
+            # at a time without a device schedule, which alone keeps their timing windows apart.
+            build_cores = len(settings.cpu_plan().build_cpus) or os.cpu_count() or 1
+            threads = max(1, build_cores // COMPILE_CORES) if settings.gpu_schedule is not None else 1
+            worker = _workers[key] = BaselineWorker(settings, threads=threads)
         return worker
 
 

@@ -53,6 +53,7 @@ class GpuSchedule:
         self._depth = 0
         self._waiting_shared = 0
         self._waiting_exclusive = 0
+        self._lane_jobs = 0  # jobs the lane holds (claimed, not finished): the pipeline says
 
     def state(self) -> ScheduleState:
         with self._cond:
@@ -60,6 +61,19 @@ class GpuSchedule:
 
     def _state(self) -> ScheduleState:
         return ScheduleState(self._shared, self._owner is not None, self._waiting_shared, self._waiting_exclusive)
+
+    def note_lane_jobs(self, count: int) -> None:
+        """The lane's pipeline tells how many jobs it holds (building, waiting or on the device)."""
+        with self._cond:
+            self._lane_jobs = count
+            self._cond.notify_all()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing on the device, nothing waiting for it, and no job in the lane (being built either)."""
+        with self._cond:
+            return (self._lane_jobs == 0 and self._shared == 0 and self._owner is None
+                    and self._waiting_shared == 0 and self._waiting_exclusive == 0)
 
     def wait_until(self, predicate: Callable[[ScheduleState], bool], timeout: float | None = None) -> bool:
         """Block until `predicate(state)` holds (re-checked at every change); False on timeout."""

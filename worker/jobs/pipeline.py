@@ -179,6 +179,7 @@ class DeviceLane:
                 self._cond.notify_all()
                 return None
             self._admitted += 1
+            self.schedule.note_lane_jobs(self._admitted)
             self._cond.notify_all()
         try:
             job = claim()
@@ -217,6 +218,7 @@ class DeviceLane:
     def _leave(self) -> None:
         with self._cond:
             self._admitted -= 1
+            self.schedule.note_lane_jobs(self._admitted)
             self._cond.notify_all()
 
     # ---- stages ---------------------------------------------------------------------------
