@@ -9,7 +9,8 @@
 # KJ_TIMING_BUDGET set its repeats, trials and timing budget.
 # throughput: benchmarks/throughput.py, workload KJ_WORKLOAD (rl, rl-again, distinct, triton-warm; default rl),
 # corpus KJ_CORPUS (default .carry/corpus), data dir KJ_TP_DATA (default data/throughput: an ignored path,
-# kept between calls while the machine stays warm, so rl-again finds rl's store), budget KJ_BUDGET (420 s).
+# kept between calls while the machine stays warm, so rl-again finds rl's store), budget KJ_BUDGET (420 s),
+# KJ_COUNT for --count (distinct, triton-warm).
 set -uo pipefail
 wheels=$1
 out=$2
@@ -48,7 +49,7 @@ for step in $steps; do
     throughput)
         workload=${KJ_WORKLOAD:-rl}
         python3 -m benchmarks.throughput --workload "$workload" --device cuda --corpus "${KJ_CORPUS:-.carry/corpus}" \
-            --data-dir "${KJ_TP_DATA:-data/throughput}" --budget-s "${KJ_BUDGET:-420}" \
+            --data-dir "${KJ_TP_DATA:-data/throughput}" --budget-s "${KJ_BUDGET:-420}" ${KJ_COUNT:+--count $KJ_COUNT} \
             --out "$out/throughput_${workload}_$stamp.md" --jsonl "$out/throughput_$workload.jsonl" 2>&1 \
             | tee "$out/throughput_$workload.log" ;;
     tests)

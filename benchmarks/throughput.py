@@ -281,7 +281,7 @@ def _outcome(job) -> Outcome:
 
 
 def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float,
-              broker: str | None, seed: int, progress, baseline_wait_s: float = 0.0) -> None:
+              broker: str | None, seed: int, progress, baseline_until: float = 0.0) -> None:
     """Submit every pair at once, in shuffled order, and collect the verdicts until `deadline`."""
     from kerneljudge.client import KernelJudgeClient
     from kerneljudge.errors import ServiceUnavailableError
@@ -316,8 +316,9 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
         phase.busy = busy.summary()
         phase.note = "" if len(phase.outcomes) == phase.jobs else \
             f"budget spent: {len(phase.outcomes)} of {phase.jobs} finished"
-        if baseline_wait_s > 0:
-            phase.note += " " + wait_for_baselines(data_dir / "embedded.db", {p.reference for p in pairs}, baseline_wait_s)
+        if baseline_until > time.monotonic():
+            phase.note += " " + wait_for_baselines(data_dir / "embedded.db", {p.reference for p in pairs},
+                                                   baseline_until - time.monotonic())
     finally:
         service.stop()
 
@@ -555,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-problem", type=int, default=None, help="rl: candidates per problem (8 cuda, 4 cpu)")
     parser.add_argument("--library-share", type=float, default=0.625, help="rl on cuda: share of library problems")
     parser.add_argument("--names", default=None, help="comma-separated library problems to use")
-    parser.add_argument("--count", type=int, default=None, help="distinct: jobs; triton-warm: jobs (default 10)")
+    parser.add_argument("--count", type=int, default=None,
+                        help="distinct: jobs (default 40 on cuda, every CPU problem on cpu); triton-warm: jobs (10)")
     parser.add_argument("--broker", default=None, help="redis://...: run the service with Celery workers")
     parser.add_argument("--no-serial", action="store_true", help="skip the serial engine comparison")
     parser.add_argument("--budget-s", type=float, default=500.0, help="the whole run, service and serial")
@@ -592,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
             report.notes.append("the same batch, a fresh server process on a data dir that served it before"
                                 if seen else "NOTE: the data dir has not served `rl` before: this is a cold run")
     elif args.workload == "distinct":
-        pairs = distinct_pairs(args.device, corpus, args.count)
+        pairs = distinct_pairs(args.device, corpus, args.count or (40 if cuda else None))
         report.notes.append(f"{len(pairs)} jobs, each a different problem")
     else:
         pairs = []
@@ -614,8 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     service_deadline = started + args.budget_s * (args.service_share if not args.no_serial else 1.0)
     baseline_wait = args.baseline_wait_s if args.baseline_wait_s is not None else \
         (120.0 if cuda and args.workload == "rl" and not args.broker else 0.0)
+    # At most until a quarter of the budget is left for the serial path.
+    baseline_until = min(time.monotonic() + baseline_wait, deadline - 0.25 * args.budget_s) if baseline_wait else 0.0
     run_batch(service, pairs, args.device, options, data_dir, service_deadline, args.broker, args.seed, report.write,
-              baseline_wait)
+              baseline_until)
     report.write()
     if not args.no_serial:
         serial = Phase(args.workload, "serial engine (builds done beforehand)")
