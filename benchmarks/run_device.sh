@@ -48,6 +48,8 @@ for step in $steps; do
             | tee "$out/gpu_eval_elementwise.log" ;;
     throughput)
         workload=${KJ_WORKLOAD:-rl}
+        # The fast CUDA build's parser and ninja (the service builds inside the measured wall time).
+        python3 -m pip install --quiet --no-index --find-links "$wheels" ninja libclang-ng 2>&1 | tail -1
         python3 -m benchmarks.throughput --workload "$workload" --device cuda --corpus "${KJ_CORPUS:-.carry/corpus}" \
             --data-dir "${KJ_TP_DATA:-data/throughput}" --budget-s "${KJ_BUDGET:-420}" ${KJ_COUNT:+--count $KJ_COUNT} \
             --out "$out/throughput_${workload}_$stamp.md" --jsonl "$out/throughput_$workload.jsonl" 2>&1 \
