@@ -5,10 +5,11 @@ so a lane serves a problem's jobs together while its judge is loaded, instead of
 problems in submission order (8 interleaved problems cycled a 4-judge cache into a miss per job).
 The rules, among the queued jobs of the highest priority (a lower priority never goes first):
 
-1. **Keep serving an open problem.** A problem with jobs in flight on this lane is claimed again
-   while it has fewer than `per_problem` jobs in flight and its streak (its claims since its last
-   turn ended) is under `burst`; among several, the one with fewest in flight (so that the device's
-   concurrent slots serve different problems, each with its judge), then the oldest.
+1. **Keep serving an open problem.** A problem this lane opened keeps its turn while it has queued
+   jobs: it is claimed again while it has fewer than `per_problem` jobs in flight on the lane and its
+   streak (its claims in this turn) is under `burst`; among several, the one with fewest in flight
+   (so that the device's concurrent slots serve different problems, each with its judge), then the
+   oldest.
 2. **Otherwise open a problem, fairly.** The key served least recently by this lane goes first
    (a key with one job is not starved by a key with thousands); among that key's problems, one
    whose judge is already warm on this lane, else the one with the oldest job; a problem whose
@@ -50,6 +51,8 @@ class ClaimPolicy:
         oldest: dict[str, float] = {}
         for g in groups:
             oldest[g.problem_id] = min(oldest.get(g.problem_id, g.oldest), g.oldest)
+        for problem in [p for p in self._streak if p not in oldest]:
+            del self._streak[problem]  # no job of it waits: its turn is over
         if len(oldest) == 1:
             problem = next(iter(oldest))
         else:
@@ -63,8 +66,7 @@ class ClaimPolicy:
         self._key_served[choice.api_key_id] = self._claims
 
     def _continued(self, oldest: dict[str, float], in_flight: Mapping[str, int]) -> str | None:
-        open_ = [p for p in oldest if 0 < in_flight.get(p, 0) < self.per_problem
-                 and self._streak.get(p, 0) < self.burst]
+        open_ = [p for p in oldest if 0 < self._streak.get(p, 0) < self.burst and in_flight.get(p, 0) < self.per_problem]
         return min(open_, key=lambda p: (in_flight.get(p, 0), oldest[p])) if open_ else None
 
     def _opened(self, groups: list[QueueGroup], oldest: dict[str, float], in_flight: Mapping[str, int],
