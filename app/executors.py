@@ -1,8 +1,9 @@
 """Embedded local workers: one device lane per visible GPU (or CPU worker), jobs claimed from the store.
 
-Each lane is fed by a thread that claims the next queued job whenever the lane has room; the
-pipeline (worker/jobs/pipeline.py) builds ahead on CPU threads and runs the device stages, timing
-alone on its GPU. The engine runs user code in sandboxed subprocesses; this process never
+Each lane is fed by a thread that claims the next queued job whenever the lane has room, by the
+lane's claim policy (worker/jobs/claim_policy.py: a problem's jobs together while its judge is
+loaded, fair to other problems and keys, priorities first); the pipeline (worker/jobs/pipeline.py)
+builds ahead on CPU threads and runs the device stages, timing alone on its GPU. The engine runs user code in sandboxed subprocesses; this process never
 imports CUDA. Jobs left in flight by a previous run of this node, in any pipeline stage, are
 requeued once at start (then failed), see JobStore.recover_orphans.
 """
@@ -81,7 +82,7 @@ class LocalWorkerPool:
         while not self._stop.is_set():
             wakeup.clear()
             try:
-                started = lane.admit(lambda: self.store.claim_next(identity.name, identity.gpu))
+                started = lane.admit(lane.claim_next)
             except Exception:
                 log.exception("%s could not read the job store; retrying", identity.name)
                 self._stop.wait(IDLE_RECHECK_S)

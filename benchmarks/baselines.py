@@ -7,8 +7,8 @@ For every problem (worker/problem_library/) each honest candidate (`triton_ok`, 
 `numba_ok` where the problem has one; `cuda_ok` only on cuda) goes through the engine with the
 compile baseline on: the judge times the eager reference and torch.compile of it (default mode)
 with the same protocol, and the candidate's speedup against each is reported. The compile is
-paid by the first candidate of a problem and cached with the problem's judge for the others
-(the `compile s` column is empty on their rows). On cpu the references run at their `cpu_sizes`.
+paid once per problem (measured by a judge of its own while the first candidate waits, and kept in
+the baseline book for the others: the `compile s` column is empty on their rows). On cpu the references run at their `cpu_sizes`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def row(problem: str, kind: str, result: EvalResult) -> list[str]:
         _fmt(eager_ms / compile_ms if eager_ms and compile_ms else None, ".2f"),
         _fmt(timing.candidate.median_ms if timing else None, ".4f"),
         _fmt(timing.speedup if timing else None, ".3f"), _fmt(timing.compile_speedup if timing else None, ".3f"),
-        _fmt(compiled.get("compile_s") if compiled.get("compiled_for_this_job") else None, ".1f"),
+        _fmt(compiled.get("compile_s") if compiled.get("state") == "waited" else None, ".1f"),
         note.replace("|", "/").replace("\n", " "),
     ]
 

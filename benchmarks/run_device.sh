@@ -3,10 +3,14 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: prebuild eval elementwise baselines redteam tests (default: eval redteam tests).
+# STEPS: prebuild eval elementwise baselines redteam throughput tests (default: eval redteam tests).
 # baselines: eager and torch.compile baselines of the whole problem library (benchmarks/baselines.py).
 # KJ_PROBLEMS="softmax reduction" limits the eval step to those problems; KJ_REPEATS, KJ_TRIALS and
 # KJ_TIMING_BUDGET set its repeats, trials and timing budget.
+# throughput: benchmarks/throughput.py, workload KJ_WORKLOAD (rl, rl-again, distinct, triton-warm; default rl),
+# corpus KJ_CORPUS (default .carry/corpus), data dir KJ_TP_DATA (default data/throughput: an ignored path,
+# kept between calls while the machine stays warm, so rl-again finds rl's store), budget KJ_BUDGET (420 s),
+# KJ_COUNT for --count (distinct, triton-warm).
 set -uo pipefail
 wheels=$1
 out=$2
@@ -42,6 +46,14 @@ for step in $steps; do
         python3 -m benchmarks.gpu_eval --device cuda --problems elementwise --kinds triton_ok cuda_ok \
             --repeats 3 --timing-budget 0.5 --trials 3 --out "$out/gpu_eval_elementwise_$stamp.md" 2>&1 \
             | tee "$out/gpu_eval_elementwise.log" ;;
+    throughput)
+        workload=${KJ_WORKLOAD:-rl}
+        # The fast CUDA build's parser and ninja (the service builds inside the measured wall time).
+        python3 -m pip install --quiet --no-index --find-links "$wheels" ninja libclang-ng 2>&1 | tail -1
+        python3 -m benchmarks.throughput --workload "$workload" --device cuda --corpus "${KJ_CORPUS:-.carry/corpus}" \
+            --data-dir "${KJ_TP_DATA:-data/throughput}" --budget-s "${KJ_BUDGET:-420}" ${KJ_COUNT:+--count $KJ_COUNT} \
+            --out "$out/throughput_${workload}_$stamp.md" --jsonl "$out/throughput_$workload.jsonl" 2>&1 \
+            | tee "$out/throughput_$workload.log" ;;
     tests)
         python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" ;;
     esac

@@ -1,29 +1,43 @@
-"""Throughput of the real service: evaluations per GPU-hour, submit->verdict latency, stage times,
-GPU busy %, and the same pairs through the old serial path (`engine.evaluate`, one at a time).
+"""Throughput of the real service on what RL trainers send, against the serial engine on the same pairs.
 
-Starts `kerneljudge serve` (embedded workers) and, when a Redis answers at --redis-url,
-`kerneljudge serve --broker` + `kerneljudge worker` (Celery), each as subprocesses sharing one
-data directory (so CUDA builds are cached across modes), submits every pair over HTTP with the
-client package, and reads the verdicts back. Pair sets:
-  corpus   the shared KernelBench SFT pairs (CUDA: GPU only), read at run time from --corpus
-  triton   the problem library's Triton candidates (honest and wrong), CPU sizes on --device cpu
-  cpu-goal sequential submissions of one registered problem's small Triton candidate (warm p50)
-The serial path runs first, in this process, on the same pairs (it also warms the build cache);
-each phase stops submitting when its share of --budget-s is spent. Writes a markdown table.
+Starts `kerneljudge serve` (embedded workers; Celery + `kerneljudge worker` with --broker) as a
+subprocess on one data directory, submits a workload at once with `POST /v1/evaluations:batch` in
+shuffled order (default options, builds included in the wall time), waits for the verdicts, then runs
+the same pairs through the serial path in this process (`engine.prepare` of every pair first, in
+parallel on the host's cores, untimed: builds done beforehand; then `engine.execute` one at a time,
+timed), and compares verdicts and the honest candidates' speedups. Workloads:
 
-GPU (one call of at most 9 minutes; the lead's command):
-    python -m benchmarks.throughput --device cuda --corpus .carry/corpus --sets corpus,triton \
-        --modes embedded,celery --redis-url redis://127.0.0.1:6379/0 --budget-s 480 \
-        --out benchmarks/results/throughput_$(date +%F)_h100.md
+  rl           P problems x C candidates (default 16 x 8 on cuda: library problems and, with --corpus,
+               shared-corpus problems; 6 x 4 library Triton problems on cpu): honest and wrong Triton and
+               CUDA candidates, exact duplicates and distinct samples of the same candidate (a comment
+               line); corpus candidates get a wrong variant made here (their output scaled by 1.01)
+  rl-again     the same batch against a fresh server process on the same --data-dir (problems, builds,
+               Triton caches and persisted baselines seen before); run `rl` first with that --data-dir
+  distinct     every job a different problem (the shared corpus on cuda; one library Triton candidate per
+               problem on cpu), compile baseline on by default (cuda)
+  triton-warm  one Triton job at a time on a warm registered problem, idle service: submit->verdict p50
+
+Each row: evaluations per GPU-hour (first submit to last verdict), p50/p95 submit->verdict, stage
+medians, reference cache hits/misses, compile baseline states, GPU busy %, verdict agreement with
+the serial path, and the share of honest candidates whose speedup is within 5% of the serial one.
+The table (and --jsonl, one row per job) is rewritten as results come in, so a run cut off by a time
+limit keeps what it measured; the service phase stops waiting at --service-share of --budget-s and the
+serial phase stops at the budget (pairs it did not reach are left out of the comparison, and said so).
+
+GPU (H100, one call each, well inside 10 minutes; see benchmarks/run_device.sh `throughput`):
+    python3 -m benchmarks.throughput --workload rl --device cuda --corpus .carry/corpus \\
+        --data-dir .bench/tp-data --budget-s 500 --out $OUT/throughput_rl_h100.md
 CPU (development; Triton in its interpreter):
-    python -m benchmarks.throughput --device cpu --sets triton,cpu-goal --budget-s 600 --out FILE.md
+    python -m benchmarks.throughput --workload rl --device cpu --budget-s 900 --out FILE.md
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import random
 import shutil
 import socket
 import statistics
@@ -32,40 +46,70 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from urllib.parse import urlparse
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "throughput-key"
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "kernelbench-sft"
-CPU_GOAL_OPTIONS = {"trials": 3, "timing_budget_s": 0.5}  # the issue's CPU measurement
+WORKLOADS = ("rl", "rl-again", "distinct", "triton-warm")
+# Library problems whose Triton candidates take seconds, not minutes, in the CPU interpreter.
+CPU_PROBLEMS = ("elementwise", "silu", "softmax", "reduction", "mean_max", "layernorm")
+# CPU runs shorten the timing so that the interpreter's candidates stay within the budget.
+CPU_OPTIONS = {"trials": 3, "timing_budget_s": 0.5}
+SPEEDUP_TOLERANCE = 0.05
+WRONG_SUFFIX = '''
+
+
+class _BenchmarkWrong(ModelNew):
+    """A wrong variant made by the throughput benchmark: the candidate's own output, slightly off."""
+
+    def forward(self, *args):
+        return super().forward(*args) * 1.01 + 0.01
+
+
+ModelNew = _BenchmarkWrong
+'''
 
 
 @dataclass(frozen=True)
 class Pair:
-    name: str
+    name: str  # unique per job: problem/kind#slot
+    problem: str
     reference: str
     candidate: str
+    honest: bool
+
+    @property
+    def source_key(self) -> tuple[str, str]:
+        return (self.reference, self.candidate)
 
 
 @dataclass
-class PhaseResult:
-    label: str
-    verdicts: dict[str, str] = field(default_factory=dict)  # pair name -> result.status (or job failure)
-    latencies: list[float] = field(default_factory=list)
-    stages: dict[str, list[float]] = field(default_factory=dict)
+class Outcome:
+    verdict: str
+    speedup: float | None = None
+    latency_s: float | None = None
+    stages: dict = field(default_factory=dict)
+    reference_cache: str | None = None
+    compile_baseline: str | None = None
+
+
+@dataclass
+class Phase:
+    workload: str
+    path: str
+    jobs: int = 0
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
     wall_s: float = 0.0
     busy: str = "n/a"
     note: str = ""
 
-    def add_stages(self, stages: dict[str, float]) -> None:
-        for name, seconds in stages.items():
-            self.stages.setdefault(name, []).append(seconds)
-
-    def per_gpu_hour(self, gpus: int) -> float:
-        return len(self.verdicts) / self.wall_s * 3600 / max(1, gpus) if self.wall_s > 0 else 0.0
+    def per_hour(self, gpus: int = 1) -> float:
+        return len(self.outcomes) / self.wall_s * 3600 / max(gpus, 1) if self.wall_s > 0 else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -73,64 +117,82 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-# ---- pair sets ------------------------------------------------------------------------------
+# ---- workloads -------------------------------------------------------------------------------
 
-def corpus_pairs(corpus: Path, sample: int | None) -> list[Pair]:
-    rows = (corpus / "MANIFEST.tsv").read_text().splitlines()[1:]
+def _variants(bases: list[tuple[str, str, bool]], slots: int, problem: str, reference: str) -> list[Pair]:
+    """`slots` jobs of one problem from its distinct candidates: each once, then exact duplicates and
+    distinct samples of the same candidate (a comment line: a new source, the same kernels)."""
     pairs = []
-    for row in rows:
-        ident, cand_file, problem = row.split("\t")[:3]
-        pairs.append(Pair(ident, (corpus / "problems" / f"{problem}.py").read_text(),
-                          (corpus / cand_file).read_text()))
-    return _sample(pairs, sample)
+    for slot in range(slots):
+        kind, source, honest = bases[slot % len(bases)]
+        if slot >= len(bases) and slot % 3 != 0:
+            source = f"# sample {slot}\n{source}"
+        pairs.append(Pair(f"{problem}/{kind}#{slot}", problem, reference, source, honest))
+    return pairs
 
 
-def triton_pairs(device: str, sample: int | None) -> list[Pair]:
+def library_problems(device: str, names: list[str] | None, count: int):
     from worker.problem_library.catalog import load_library
 
-    pairs = []
-    for problem in load_library():
+    problems = [p for p in load_library() if names is None or p.name in names]
+    if device == "cpu" and names is None:
+        problems = [p for p in problems if p.name in CPU_PROBLEMS]
+    return problems[:count]
+
+
+def corpus_rows(corpus: Path) -> list[tuple[str, str, str]]:
+    """(id, reference, candidate) of the shared corpus, read at run time."""
+    rows = []
+    for line in (corpus / "MANIFEST.tsv").read_text().splitlines()[1:]:
+        ident, cand_file, problem = line.split("\t")[:3]
+        rows.append((ident, (corpus / "problems" / f"{problem}.py").read_text(), (corpus / cand_file).read_text()))
+    return rows
+
+
+def rl_pairs(device: str, corpus: Path | None, problems: int, per_problem: int, library_share: float,
+             names: list[str] | None) -> list[Pair]:
+    from_library = problems if (device == "cpu" or corpus is None) else max(1, round(problems * library_share))
+    pairs: list[Pair] = []
+    for problem in library_problems(device, names, from_library):
         reference = problem.reference_for_cpu() if device == "cpu" else problem.reference
-        for kind in ("triton_ok", "triton_wrong"):
-            if kind in problem.candidates:
-                pairs.append(Pair(f"{problem.name}/{kind}", reference, problem.candidates[kind]))
-    return _sample(pairs, sample)
+        kinds = [k for k in ("triton_ok", "triton_wrong", "cuda_ok", "cuda_wrong")
+                 if k in problem.candidates and (device == "cuda" or k.startswith("triton"))]
+        bases = [(k, problem.candidates[k], k.endswith("_ok")) for k in kinds]
+        pairs += _variants(bases, per_problem, problem.name, reference)
+    if device == "cuda" and corpus is not None:
+        rows = corpus_rows(corpus)
+        wanted = problems - len({p.problem for p in pairs})
+        step = max(1, len(rows) // max(wanted, 1))
+        for ident, reference, candidate in rows[::step][:wanted]:
+            bases = [("cuda", candidate, True), ("cuda_wrong", candidate + WRONG_SUFFIX, False)]
+            pairs += _variants(bases, per_problem, ident, reference)
+    return pairs
 
 
-def _sample(pairs: list[Pair], sample: int | None) -> list[Pair]:
-    if sample is None or sample >= len(pairs):
-        return pairs
-    step = len(pairs) / sample  # spread over the list: every kernel class, not the first few
-    return [pairs[int(i * step)] for i in range(sample)]
+def distinct_pairs(device: str, corpus: Path | None, count: int | None) -> list[Pair]:
+    if device == "cuda":
+        if corpus is None:
+            raise SystemExit("--workload distinct on cuda reads the shared corpus: give --corpus")
+        rows = corpus_rows(corpus)
+        return [Pair(f"{i}/cuda#0", i, ref, cand, True) for i, ref, cand in rows[:count]]
+    return [Pair(f"{p.name}/triton_ok#0", p.name, p.reference_for_cpu(), p.candidates["triton_ok"], True)
+            for p in library_problems(device, None, count or 99)]
 
 
 # ---- GPU busy -------------------------------------------------------------------------------
 
 class BusySampler:
-    """Mean GPU utilisation while running (NVML via pynvml, else nvidia-smi); 'n/a' on CPU."""
+    """Mean GPU utilisation while running (nvidia-smi, every 0.5 s); 'n/a' on CPU."""
 
     def __init__(self, device: str):
         self.samples: list[float] = []
         self._stop = threading.Event()
-        self._read = self._reader() if device == "cuda" else None
+        smi = shutil.which("nvidia-smi") if device == "cuda" else None
+        self._cmd = [smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"] if smi else None
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _reader(self):
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        except Exception:
-            smi = shutil.which("nvidia-smi")
-            if smi is None:
-                return None
-            cmd = [smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"]
-            return lambda: float(subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.split()[0])
-
     def __enter__(self) -> BusySampler:
-        if self._read is not None:
+        if self._cmd is not None:
             self._thread.start()
         return self
 
@@ -142,41 +204,13 @@ class BusySampler:
     def _loop(self) -> None:
         while not self._stop.wait(0.5):
             try:
-                self.samples.append(self._read())
-            except Exception:
+                out = subprocess.run(self._cmd, capture_output=True, text=True, timeout=10).stdout
+                self.samples.append(float(out.split()[0]))
+            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
                 return
 
     def summary(self) -> str:
         return f"{statistics.fmean(self.samples):.0f}%" if self.samples else "n/a"
-
-
-# ---- the serial path ------------------------------------------------------------------------
-
-def run_serial(pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float) -> PhaseResult:
-    """The old path: one `engine.evaluate` at a time, in this process."""
-    os.environ["KERNELJUDGE_DATA_DIR"] = str(data_dir)
-    from worker import engine
-    from worker.engine.settings import EngineSettings
-    from worker.models import EvalRequest
-
-    settings = EngineSettings.from_env()
-    phase = PhaseResult("serial engine.evaluate")
-    with BusySampler(device) as busy:
-        for pair in pairs:
-            if time.monotonic() > deadline:
-                phase.note = f"budget spent after {len(phase.verdicts)} of {len(pairs)} pairs"
-                break
-            started = time.monotonic()
-            request = EvalRequest(reference=pair.reference, candidate=pair.candidate,
-                                  options={**options, "device": device})
-            result = engine.evaluate(request, settings=settings)
-            elapsed = time.monotonic() - started
-            phase.wall_s += elapsed
-            phase.latencies.append(elapsed)
-            phase.verdicts[pair.name] = result.status.value
-            phase.add_stages(result.stages)
-    phase.busy = busy.summary()
-    return phase
 
 
 # ---- the service ----------------------------------------------------------------------------
@@ -187,18 +221,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def redis_reachable(url: str) -> bool:
-    parsed = urlparse(url)
-    try:
-        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=2) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 class Service:
-    """`kerneljudge serve` (and, for Celery, `kerneljudge worker`) as subprocesses."""
+    """`kerneljudge serve` (and, for Celery, `kerneljudge worker`) as subprocesses on one data directory."""
 
     def __init__(self, device: str, data_dir: Path, broker: str | None):
         self.port = free_port()
@@ -206,7 +230,6 @@ class Service:
         env = dict(os.environ, KERNELJUDGE_API_KEYS=KEY, KERNELJUDGE_DATA_DIR=str(data_dir),
                    KERNELJUDGE_RATE_LIMIT="0", KERNELJUDGE_MAX_ACTIVE_PER_KEY="1000000",
                    KERNELJUDGE_MAX_QUEUE="1000000")
-        # One database per mode, one build cache for all (the data directory's).
         env["KERNELJUDGE_DATABASE_URL"] = f"sqlite:///{data_dir / ('celery' if broker else 'embedded')}.db"
         cli = [sys.executable, "-m", "kerneljudge.cli"]
         serve = [*cli, "serve", "--port", str(self.port), "--device", device, "--log-level", "warning"]
@@ -230,7 +253,7 @@ class Service:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling a server that is starting: nothing to wait on but its port
         raise RuntimeError("the service did not become ready within 180 s")
 
     def stop(self) -> None:
@@ -245,83 +268,221 @@ class Service:
                 proc.wait(10)
 
 
-def run_service(label: str, pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float,
-                broker: str | None = None) -> PhaseResult:
-    """Submit every pair at once (saturating load) and wait for the verdicts until `deadline`."""
-    from kerneljudge.client import KernelJudgeClient
+def _outcome(job) -> Outcome:
+    if job.result is None:
+        return Outcome(verdict=f"job {job.status.value}")
+    result = job.result
+    latency = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
+    extra = result.extra or {}
+    compile_info = extra.get("compile_baseline")
+    return Outcome(verdict=result.status.value, speedup=result.speedup, latency_s=latency, stages=dict(result.stages),
+                   reference_cache=extra.get("reference_cache"),
+                   compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None)
 
-    phase = PhaseResult(label)
+
+def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float,
+              broker: str | None, seed: int, progress, baseline_until: float = 0.0) -> None:
+    """Submit every pair at once, in shuffled order, and collect the verdicts until `deadline`."""
+    from kerneljudge.client import KernelJudgeClient
+    from kerneljudge.errors import ServiceUnavailableError
+
+    order = list(pairs)
+    random.Random(seed).shuffle(order)
+    phase.jobs = len(order)
     service = Service(device, data_dir, broker)
     try:
         with KernelJudgeClient(service.url, KEY, timeout=600) as client, BusySampler(device) as busy:
             entries = client.submit_many([{"reference": p.reference, "candidate": p.candidate,
-                                           "options": {**options, "device": device}} for p in pairs])
-            ids = {entry.job.id: pair.name for entry, pair in zip(entries, pairs, strict=True) if entry.job}
-            jobs = client.wait_many(list(ids), timeout=max(1.0, deadline - time.monotonic()))
+                                           "options": {**options, "device": device}} for p in order])
+            ids = {entry.job.id: pair.name for entry, pair in zip(entries, order, strict=True) if entry.job}
+            first_submit = min(entry.job.created_at for entry in entries if entry.job)
+            pending = list(ids)
+            while pending and time.monotonic() < deadline:
+                try:
+                    jobs = client.wait_many(pending, timeout=min(60.0, max(1.0, deadline - time.monotonic())))
+                except ServiceUnavailableError as exc:  # a loaded server answers late: ask again
+                    phase.note = f"the service answered slowly: {str(exc)[:120]}"
+                    continue
+                for job in jobs:
+                    if job.finished:
+                        phase.outcomes[ids[job.id]] = _outcome(job)
+                        last = job.finished_at
+                        span = (last - first_submit).total_seconds()
+                        phase.wall_s = max(phase.wall_s, span)
+                pending = [job.id for job in jobs if not job.finished]
+                phase.busy = busy.summary()
+                phase.note = f"{len(phase.outcomes)} of {phase.jobs} finished" + (" (still running)" if pending else "")
+                progress()
         phase.busy = busy.summary()
+        phase.note = "" if len(phase.outcomes) == phase.jobs else \
+            f"budget spent: {len(phase.outcomes)} of {phase.jobs} finished"
+        if baseline_until > time.monotonic():
+            phase.note += " " + wait_for_baselines(data_dir / "embedded.db", {p.reference for p in pairs},
+                                                   baseline_until - time.monotonic())
     finally:
         service.stop()
-    finished = [job for job in jobs if job.finished]
-    for job in finished:
-        phase.verdicts[ids[job.id]] = job.result.status.value if job.result else f"job {job.status.value}"
-        if job.result is not None:
-            phase.add_stages(job.result.stages)
-        phase.latencies.append((job.finished_at - job.created_at).total_seconds())
-    if finished:
-        phase.wall_s = (max(j.finished_at for j in finished) - min(j.created_at for j in jobs)).total_seconds()
-    if len(finished) < len(jobs):
-        phase.note = f"budget spent: {len(finished)} of {len(jobs)} finished"
-    return phase
 
 
-def run_cpu_goal(device: str, data_dir: Path, count: int, deadline: float) -> PhaseResult:
-    """Warm embedded service, one registered problem, small Triton candidates sent one at a time."""
+def wait_for_baselines(database: Path, references: set[str], limit_s: float) -> str:
+    """After the batch (outside its wall time): let the service measure the compile baselines it deferred
+    while the batch ran (baseline_worker: once the lane is quiet), so that a later run finds them."""
+    import hashlib
+    import sqlite3
+
+    wanted = {hashlib.sha256(ref.encode()).hexdigest() for ref in references}
+    deadline = time.monotonic() + limit_s
+    found: set[str] = set()
+    while time.monotonic() < deadline and found != wanted:
+        try:
+            with sqlite3.connect(database, timeout=10) as connection:
+                found = {row[0] for row in connection.execute(
+                    "SELECT reference_sha256 FROM baselines WHERE kind = 'compile_baseline'")} & wanted
+        except sqlite3.Error:
+            pass  # the table appears with the service's store
+        time.sleep(2.0)  # polling another process's database: nothing to wait on
+    return f"(compile baselines persisted after the batch: {len(found)} of {len(wanted)} problems)"
+
+
+def run_triton_warm(phase: Phase, device: str, data_dir: Path, count: int, deadline: float, progress) -> None:
+    """One registered problem, warmed by a first job, then `count` Triton jobs one at a time."""
     from kerneljudge.client import KernelJudgeClient
-    from tests.service.sources import REFERENCE, TRITON_CANDIDATE
 
-    phase = PhaseResult("cpu goal: warm embedded, one registered problem, sequential")
+    if device == "cpu":
+        from tests.service.sources import REFERENCE as reference
+        from tests.service.sources import TRITON_CANDIDATE as candidate
+        options = dict(CPU_OPTIONS)
+    else:
+        from worker.problem_library.catalog import get_problem
+
+        problem = get_problem("softmax")
+        reference, candidate, options = problem.reference, problem.candidates["triton_ok"], {}
+    phase.jobs = count
     service = Service(device, data_dir, None)
     try:
         with KernelJudgeClient(service.url, KEY, timeout=600) as client:
-            problem_id = client.register_problem(REFERENCE).id
-            for i in range(count + 1):  # the first one warms the service and is not counted
+            problem_id = client.register_problem(reference).id
+            for i in range(count + 1):  # the first one warms the problem's judge and is not counted
                 if time.monotonic() > deadline:
-                    phase.note = f"budget spent after {len(phase.latencies)} of {count}"
+                    phase.note = f"budget spent after {len(phase.outcomes)} of {count}"
                     break
-                # A distinct source each time (a comment), as an RL batch sends distinct candidates.
-                candidate = f"# candidate {i}\n{TRITON_CANDIDATE}"
                 started = time.monotonic()
-                job = client.submit_and_wait(problem_id=problem_id, candidate=candidate,
-                                             options={**CPU_GOAL_OPTIONS, "device": device}, timeout=300)
+                job = client.submit_and_wait(problem_id=problem_id, candidate=f"# sample {i}\n{candidate}",
+                                             options={**options, "device": device}, timeout=300)
                 elapsed = time.monotonic() - started
                 if i == 0:
                     continue
-                phase.latencies.append(elapsed)
+                outcome = _outcome(job)
+                outcome.latency_s = elapsed
+                phase.outcomes[f"triton#{i}"] = outcome
                 phase.wall_s += elapsed
-                phase.verdicts[f"cand{i}"] = job.result.status.value if job.result else f"job {job.status.value}"
-                if job.result is not None:
-                    phase.add_stages(job.result.stages)
+                progress()
     finally:
         service.stop()
-    return phase
+
+
+# ---- the serial path ------------------------------------------------------------------------
+
+def run_serial(phase: Phase, pairs: list[Pair], device: str, options: dict, deadline: float, progress) -> None:
+    """Every distinct pair prepared first (builds in parallel, untimed), then executed one at a time (timed):
+    the serial evaluator with its builds done beforehand. The compile baseline is off here (a serial
+    evaluator does not compile the reference; the comparison is of verdicts and eager speedups)."""
+    from worker import engine
+    from worker.engine.cuda_build.pool import build_slots
+    from worker.engine.settings import EngineSettings
+    from worker.models import EvalRequest, EvalResult
+
+    settings = EngineSettings.from_env()
+    settings.compile_baseline = False
+    by_source: dict[tuple[str, str], list[Pair]] = {}
+    for pair in pairs:
+        by_source.setdefault(pair.source_key, []).append(pair)
+    # One of each problem first, so that a budget cut leaves every problem compared.
+    order: list[tuple[str, str]] = []
+    per_problem: dict[str, list[tuple[str, str]]] = {}
+    for key, group in by_source.items():
+        per_problem.setdefault(group[0].problem, []).append(key)
+    while any(per_problem.values()):
+        for keys in per_problem.values():
+            if keys:
+                order.append(keys.pop(0))
+    phase.jobs = len(pairs)
+
+    def prepare(key: tuple[str, str]):
+        request = EvalRequest(reference=key[0], candidate=key[1], options={**options, "device": device})
+        return engine.prepare(request, settings=settings)
+
+    with ThreadPoolExecutor(build_slots()) as pool:
+        prepared = dict(zip(order, pool.map(prepare, order), strict=True))
+    with BusySampler(device) as busy:
+        for key in order:
+            if time.monotonic() > deadline:
+                phase.note = f"budget spent: {len(phase.outcomes)} of {len(pairs)} jobs compared"
+                break
+            ready = prepared[key]
+            started = time.monotonic()
+            result = ready if isinstance(ready, EvalResult) else engine.execute(ready, settings=settings)
+            elapsed = time.monotonic() - started
+            phase.wall_s += elapsed
+            for pair in by_source[key]:
+                phase.outcomes[pair.name] = Outcome(verdict=result.status.value, speedup=result.speedup,
+                                                    latency_s=elapsed, stages=dict(result.stages))
+            phase.busy = busy.summary()
+            progress()
+    for ready in prepared.values():
+        if not isinstance(ready, EvalResult):
+            ready.discard()
 
 
 # ---- report ---------------------------------------------------------------------------------
 
-def phase_row(set_name: str, phase: PhaseResult, serial: PhaseResult | None, gpus: int) -> str:
-    rate = phase.per_gpu_hour(gpus)
-    ratio = (f"{rate / serial.per_gpu_hour(gpus):.2f}x" if serial is not None and serial is not phase
-             and serial.per_gpu_hour(gpus) > 0 else "")
-    stages = ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in sorted(phase.stages.items()))
-    return (f"| {set_name} | {phase.label} | {len(phase.verdicts)} | {rate:.0f} | {ratio} | "
-            f"{percentile(phase.latencies, 0.5):.2f} | {percentile(phase.latencies, 0.95):.2f} | {phase.busy} | "
-            f"{stages} | {phase.note} |")
+@dataclass
+class Agreement:
+    compared: int = 0
+    same_verdict: int = 0
+    honest_timed: int = 0
+    speedup_within: int = 0
+    mismatches: list[str] = field(default_factory=list)
 
 
-def mismatches(serial: PhaseResult, phase: PhaseResult) -> list[str]:
-    return [f"{name}: serial {serial.verdicts[name]}, {phase.label} {verdict}"
-            for name, verdict in sorted(phase.verdicts.items())
-            if name in serial.verdicts and serial.verdicts[name] != verdict]
+def agreement(service: Phase, serial: Phase, pairs: list[Pair]) -> Agreement:
+    honest = {p.name for p in pairs if p.honest}
+    found = Agreement()
+    for name, outcome in sorted(service.outcomes.items()):
+        other = serial.outcomes.get(name)
+        if other is None:
+            continue
+        found.compared += 1
+        if outcome.verdict == other.verdict:
+            found.same_verdict += 1
+        else:
+            found.mismatches.append(f"{name}: service {outcome.verdict}, serial {other.verdict}")
+        if name in honest and outcome.verdict == other.verdict == "ok" and outcome.speedup and other.speedup:
+            found.honest_timed += 1
+            if abs(outcome.speedup / other.speedup - 1) <= SPEEDUP_TOLERANCE:
+                found.speedup_within += 1
+            else:
+                found.mismatches.append(f"{name}: speedup service {outcome.speedup:.3f}, serial {other.speedup:.3f}")
+    return found
+
+
+def row(phase: Phase, found: Agreement | None) -> str:
+    latencies = [o.latency_s for o in phase.outcomes.values() if o.latency_s is not None]
+    stages: dict[str, list[float]] = {}
+    for outcome in phase.outcomes.values():
+        for name, seconds in outcome.stages.items():
+            stages.setdefault(name, []).append(seconds)
+    stage_text = ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in sorted(stages.items()))
+    cache = Counter(o.reference_cache for o in phase.outcomes.values() if o.reference_cache)
+    compile_states = Counter(o.compile_baseline for o in phase.outcomes.values() if o.compile_baseline)
+    cache_text = f"{cache.get('hit', 0)} / {cache.get('miss', 0)}" if cache else ""
+    compile_text = ", ".join(f"{k} {v}" for k, v in sorted(compile_states.items()))
+    agree = speed = ""
+    if found is not None and found.compared:
+        agree = f"{found.same_verdict}/{found.compared}"
+        speed = f"{found.speedup_within}/{found.honest_timed}" if found.honest_timed else ""
+    return (f"| {phase.workload} | {phase.path} | {len(phase.outcomes)}/{phase.jobs} | {phase.per_hour():.0f} | "
+            f"{percentile(latencies, 0.5):.2f} | {percentile(latencies, 0.95):.2f} | {cache_text} | {compile_text} | "
+            f"{phase.busy} | {agree} | {speed} | {stage_text} | {phase.note} |")
 
 
 def device_name(device: str) -> str:
@@ -343,90 +504,136 @@ def git_commit() -> str:
     return (out or "unknown") + (" (with uncommitted changes)" if dirty else "")
 
 
+class Report:
+    """The markdown table (and the per-job JSON lines), rewritten at every change."""
+
+    HEADER = ("| workload | path | finished | evals / GPU-hour | p50 s | p95 s | ref cache hit / miss | compile "
+              "baseline | GPU busy | verdicts = serial | speedups within 5% | median stage s | note |")
+
+    def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
+        self.args = args
+        self.started = time.monotonic()
+        self.lines = [f"# Throughput: {args.workload} ({date.today().isoformat()})", "",
+                      f"- device: {device_name(args.device)}; host {socket.gethostname()}, {os.cpu_count()} cores",
+                      f"- commit: {git_commit()}",
+                      f"- command: `python -m benchmarks.throughput {' '.join(argv)}`",
+                      f"- started: {datetime.now().isoformat(timespec='seconds')}; budget {args.budget_s:.0f} s"]
+        self.notes: list[str] = []
+        self.phases: list[tuple[Phase, Agreement | None]] = []
+        self.mismatches: list[str] = []
+        self.lock = threading.Lock()
+
+    def write(self, final: bool = False) -> None:
+        with self.lock:
+            lines = [*self.lines, *[f"- {n}" for n in self.notes], "", self.HEADER,
+                     "|" + "---|" * (self.HEADER.count("|") - 1),
+                     *[row(phase, found) for phase, found in self.phases], ""]
+            lines += ["Disagreements with the serial path: " + ("none" if not self.mismatches else ""),
+                      *[f"- {m}" for m in self.mismatches], ""]
+            lines.append(f"Elapsed: {time.monotonic() - self.started:.0f} s" + ("" if final else " (running)") + ".")
+            text = "\n".join(lines) + "\n"
+            if self.args.out:
+                self.args.out.parent.mkdir(parents=True, exist_ok=True)
+                self.args.out.write_text(text)
+            if self.args.jsonl:
+                with self.args.jsonl.open("w") as handle:
+                    for phase, _ in self.phases:
+                        for name, outcome in phase.outcomes.items():
+                            handle.write(json.dumps({"workload": phase.workload, "path": phase.path, "pair": name,
+                                                     **asdict(outcome)}) + "\n")
+            if final:
+                print(text)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.throughput", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=WORKLOADS, required=True)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--sets", default="corpus,triton", help="comma-separated: corpus, triton, cpu-goal")
-    parser.add_argument("--modes", default="embedded,celery", help="comma-separated: embedded, celery")
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    parser.add_argument("--redis-url", default=os.environ.get("KERNELJUDGE_TEST_REDIS_URL"),
-                        help="Redis for the Celery mode (skipped, with a note, when none answers)")
-    parser.add_argument("--sample", type=int, default=None, help="pairs per set (spread over the set)")
-    parser.add_argument("--cpu-goal-count", type=int, default=10)
-    parser.add_argument("--trials", type=int, default=None, help="options.trials for every job (default: engine's)")
-    parser.add_argument("--no-serial", action="store_true", help="skip the serial engine.evaluate comparison")
-    parser.add_argument("--budget-s", type=float, default=480.0, help="total time; split evenly over the phases")
-    parser.add_argument("--data-dir", type=Path, default=None, help="keep build caches here (default: a temp dir)")
-    parser.add_argument("--out", type=Path, default=None, help="markdown file (rewritten after every phase)")
+    parser.add_argument("--corpus", type=Path, default=None, help="the shared corpus, read at run time")
+    parser.add_argument("--problems", type=int, default=None, help="rl: problems (16 on cuda, 6 on cpu)")
+    parser.add_argument("--per-problem", type=int, default=None, help="rl: candidates per problem (8 cuda, 4 cpu)")
+    parser.add_argument("--library-share", type=float, default=0.625, help="rl on cuda: share of library problems")
+    parser.add_argument("--names", default=None, help="comma-separated library problems to use")
+    parser.add_argument("--count", type=int, default=None,
+                        help="distinct: jobs (default 40 on cuda, every CPU problem on cpu); triton-warm: jobs (10)")
+    parser.add_argument("--broker", default=None, help="redis://...: run the service with Celery workers")
+    parser.add_argument("--no-serial", action="store_true", help="skip the serial engine comparison")
+    parser.add_argument("--budget-s", type=float, default=500.0, help="the whole run, service and serial")
+    parser.add_argument("--service-share", type=float, default=0.7, help="of the budget, for the service phase")
+    parser.add_argument("--seed", type=int, default=16, help="submission order")
+    parser.add_argument("--baseline-wait-s", type=float, default=None,
+                        help="after the batch, let the service persist the compile baselines it deferred (not in the "
+                             "wall time; default 120 on cuda for rl, else 0)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="builds, store and baselines (rl-again reuses)")
+    parser.add_argument("--out", type=Path, default=None, help="markdown table (rewritten as results come in)")
+    parser.add_argument("--jsonl", type=Path, default=None, help="one JSON row per job")
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     started = time.monotonic()
+    deadline = started + args.budget_s
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="kj-throughput-"))
     data_dir.mkdir(parents=True, exist_ok=True)
-    options = {} if args.trials is None else {"trials": args.trials}
-    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    notes: list[str] = []
-    if "celery" in modes and not (args.redis_url and redis_reachable(args.redis_url)):
-        notes.append(f"Celery mode skipped: no Redis answers at {args.redis_url or '(no --redis-url)'}.")
-        modes.remove("celery")
-    plan: list[tuple[str, list[Pair]]] = []
-    for name in sets:
-        if name == "corpus":
-            if args.device == "cpu":
-                notes.append("corpus skipped: its candidates are CUDA and need a GPU.")
-                continue
-            plan.append((name, corpus_pairs(args.corpus, args.sample)))
-        elif name == "triton":
-            plan.append((name, triton_pairs(args.device, args.sample)))
-    phases = sum(len(modes) + (not args.no_serial) for _ in plan) + ("cpu-goal" in sets)
-    share = args.budget_s / max(1, phases)
-    rows: list[str] = []
-    all_mismatches: list[str] = []
-    header = [f"# Throughput ({date.today().isoformat()})", "",
-              f"- device: {device_name(args.device)}; host {socket.gethostname()}, {os.cpu_count()} cores",
-              f"- commit: {git_commit()}",
-              f"- command: `python -m benchmarks.throughput {' '.join(argv if argv is not None else sys.argv[1:])}`",
-              f"- started: {datetime.now().isoformat(timespec='seconds')}; budget {args.budget_s:.0f} s "
-              f"({share:.0f} s per phase)", ""]
+    os.environ["KERNELJUDGE_DATA_DIR"] = str(data_dir.resolve())  # the serial engine shares the build cache
+    options = dict(CPU_OPTIONS) if args.device == "cpu" else {}
+    corpus = args.corpus if args.corpus is not None and args.corpus.exists() else None
+    report = Report(args, argv)
+    cuda = args.device == "cuda"
+    names = args.names.split(",") if args.names else None
+    if args.workload in ("rl", "rl-again"):
+        pairs = rl_pairs(args.device, corpus, args.problems or (16 if cuda else 6),
+                         args.per_problem or (8 if cuda else 4), args.library_share, names)
+        kinds = Counter(p.name.split("/")[1].split("#")[0] for p in pairs)
+        report.notes.append(f"{len(pairs)} jobs over {len({p.problem for p in pairs})} problems "
+                            f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
+                            f"{len(pairs) - len({p.source_key for p in pairs})} exact duplicates")
+        if args.workload == "rl-again":
+            seen = (data_dir / "embedded.db").exists()
+            report.notes.append("the same batch, a fresh server process on a data dir that served it before"
+                                if seen else "NOTE: the data dir has not served `rl` before: this is a cold run")
+    elif args.workload == "distinct":
+        pairs = distinct_pairs(args.device, corpus, args.count or (40 if cuda else None))
+        report.notes.append(f"{len(pairs)} jobs, each a different problem")
+    else:
+        pairs = []
+    if options:
+        report.notes.append(f"options for every job (cpu): {options}")
+    report.write()
 
-    def write(final: bool = False) -> None:
-        lines = [*header, *[f"- {n}" for n in notes], "",
-                 "| set | path | evaluated | evals / GPU-hour | vs serial | p50 s | p95 s | GPU busy | "
-                 "median stage s | note |", "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
-        lines += ["Verdict mismatches against the serial engine: "
-                  + ("none" if not all_mismatches else ""), *[f"- {m}" for m in all_mismatches], ""]
-        if final:
-            lines.append(f"Total time: {time.monotonic() - started:.0f} s.")
-        text = "\n".join(lines) + "\n"
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text)
-        if final:
-            print(text)
+    if args.workload == "triton-warm":
+        phase = Phase(args.workload, "service, embedded: one at a time, warm problem")
+        report.phases.append((phase, None))
+        run_triton_warm(phase, args.device, data_dir, args.count or 10, deadline, report.write)
+        latencies = [o.latency_s for o in phase.outcomes.values() if o.latency_s is not None]
+        report.notes.append(f"submit->verdict p50 {percentile(latencies, 0.5):.2f} s over {len(latencies)} jobs")
+        report.write(final=True)
+        return 0
 
-    for set_name, pairs in plan:
-        serial = None
-        if not args.no_serial:
-            serial = run_serial(pairs, args.device, options, data_dir, time.monotonic() + share)
-            rows.append(phase_row(set_name, serial, None, 1))
-            write()
-        for mode in modes:
-            label = "service, embedded" if mode == "embedded" else "service, Celery + Redis"
-            phase = run_service(label, pairs, args.device, options, data_dir, time.monotonic() + share,
-                                broker=args.redis_url if mode == "celery" else None)
-            rows.append(phase_row(set_name, phase, serial, 1))
-            if serial is not None:
-                all_mismatches.extend(f"{set_name} {m}" for m in mismatches(serial, phase))
-            write()
-    if "cpu-goal" in sets:
-        goal = run_cpu_goal(args.device, data_dir, args.cpu_goal_count, time.monotonic() + share)
-        rows.append(phase_row("one problem, small Triton", goal, None, 1))
-        notes.append(f"CPU goal: p50 {percentile(goal.latencies, 0.5):.2f} s per sequential submission "
-                     f"(options {CPU_GOAL_OPTIONS}; goal <= 3 s on 2 cores).")
-    write(final=True)
+    service = Phase(args.workload, "service, Celery + Redis" if args.broker else "service, embedded")
+    report.phases.append((service, None))
+    service_deadline = started + args.budget_s * (args.service_share if not args.no_serial else 1.0)
+    baseline_wait = args.baseline_wait_s if args.baseline_wait_s is not None else \
+        (120.0 if cuda and args.workload == "rl" and not args.broker else 0.0)
+    # At most until a quarter of the budget is left for the serial path.
+    baseline_until = min(time.monotonic() + baseline_wait, deadline - 0.25 * args.budget_s) if baseline_wait else 0.0
+    run_batch(service, pairs, args.device, options, data_dir, service_deadline, args.broker, args.seed, report.write,
+              baseline_until)
+    report.write()
+    if not args.no_serial:
+        serial = Phase(args.workload, "serial engine (builds done beforehand)")
+        report.phases.append((serial, None))
+
+        def compared() -> None:
+            found = agreement(service, serial, pairs)
+            report.phases[0] = (service, found)
+            report.mismatches = found.mismatches
+            report.write()
+
+        run_serial(serial, pairs, args.device, options, deadline, compared)
+        compared()
+    report.write(final=True)
     return 0
 
 

@@ -56,6 +56,7 @@ def test_plain_candidate_takes_the_fast_path_and_ninja_sees_it_up_to_date_in_the
     assert outcome.record.summary()["path"] == "fast", outcome.record
     extension = only_extension(outcome)
     assert extension["abi_check"] == "loaded; functions: twice_cuda"
+    assert extension["merge"] == "" and "host+main" in extension["steps"], "main.cpp and the host half as one unit"
     directory = outcome.ext_dir / "kj_test_plain"
     assert "__global__" in (directory / "cuda.cu").read_text()  # the real sources are back in place
     # What the candidate's own load_inline runs at import in the run's sandbox (the cache entry mounted

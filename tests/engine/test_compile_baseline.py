@@ -1,11 +1,14 @@
-"""The torch.compile baseline on CPU: measured by the judge, cached with the problem's entry,
-rewarded when asked for, and never in the way of an eager verdict when torch.compile fails."""
+"""The torch.compile baseline on CPU: measured once per problem in the background by a judge of its own,
+attached to later jobs, waited for only by a job whose reward uses it, and never in the way of an
+eager verdict when torch.compile fails."""
 
 from __future__ import annotations
 
 import math
 
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
+from worker.engine import baselines
+from worker.engine.baselines import COMPILE_BASELINE, REFERENCE_TIMING, BaselineKey
 from worker.models import EvalStatus
 
 # Small timing so that the Triton interpreter's candidate stays quick.
@@ -16,32 +19,44 @@ UNCOMPILABLE_REFERENCE = ("import torch._inductor.config\n"
                           "torch._inductor.config.cpp.cxx = ('/nonexistent/c++',)\n" + SILU_REFERENCE)
 
 
-def test_the_compile_baseline_is_measured_once_per_problem_and_can_be_rewarded(run_eval):
-    first = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4101, compile_baseline=True, **TIMING)
+def test_a_job_rewarded_against_compile_waits_for_the_baseline_and_later_jobs_reuse_it(run_eval, settings):
+    first = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4101, compile_baseline=True, reward_preset="log_speedup",
+                     reward_baseline="compile", **TIMING)
     assert first.status == EvalStatus.ok, first.error
-    assert first.extra["compile_baseline"] == {"compiled_for_this_job": True, "available": True,
-                                               "judge_compiles": 1,
-                                               "compile_s": first.extra["compile_baseline"]["compile_s"]}
-    assert first.extra["compile_baseline"]["compile_s"] > 0
+    info = first.extra["compile_baseline"]
+    assert info["state"] == "waited" and info["available"] is True and info["compile_s"] > 0
     timing = first.timing
     assert timing is not None and timing.compile_baseline_missing is None
-    assert timing.compile_reference is not None and timing.compile_reference_median_ms > 0
-    assert timing.compile_speedup == timing.compile_reference_median_ms / timing.candidate.median_ms
-    assert timing.compile_speedup_ci95 is not None and timing.compile_reference_age_s is not None
-    assert first.reward_components["compile_speedup"] == timing.compile_speedup
-    assert first.reward_components["speedup"] == first.speedup, "the eager baseline is the default"
+    record = settings.baseline_book().get(BaselineKey.of(SILU_REFERENCE, "cpu", None), COMPILE_BASELINE)
+    assert record is not None and record.available and record.eager_runs == record.compiled_runs > 0
+    # The job's speedup against torch.compile is its own eager speedup scaled by the record's ratio.
+    assert math.isclose(timing.compile_speedup, timing.speedup * record.eager_median_ms / record.compiled_median_ms)
+    assert timing.compile_reference_median_ms == record.compiled_median_ms
+    assert timing.compile_reference is not None and timing.compile_reference.n == record.compiled_runs
+    s = timing.compile_speedup
+    assert first.reward_components["speedup"] == s
+    assert math.isclose(first.reward, max(0.0, min(math.log2(s) + 1.0, 4.0)) / 4.0)
 
-    second = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4101, compile_baseline=True, reward_preset="log_speedup",
-                      reward_baseline="compile", **TIMING)
+    second = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4101, compile_baseline=True, **TIMING)
     assert second.status == EvalStatus.ok, second.error
     assert second.extra["reference_cache"] == "hit"
-    assert second.extra["compile_baseline"]["compiled_for_this_job"] is False
-    assert second.extra["compile_baseline"]["judge_compiles"] == 1, "the judge compiled once for both jobs"
-    assert second.timing is not None and second.timing.compile_speedup is not None
-    s = second.timing.compile_speedup
-    assert second.reward_components["speedup"] == s
-    assert math.isclose(second.reward, max(0.0, min(math.log2(s) + 1.0, 4.0)) / 4.0)
-    assert "reward_baseline" not in second.extra
+    assert second.extra["compile_baseline"]["state"] == "attached", "measured once, persisted, reused"
+    assert settings.baseline_book().get(BaselineKey.of(SILU_REFERENCE, "cpu", None), COMPILE_BASELINE) is record
+    assert second.reward_components["speedup"] == second.speedup, "the eager baseline is the default"
+    # The eager reference's timing is persisted too (it sizes later jobs' timing windows).
+    eager = settings.baseline_book().get(BaselineKey.of(SILU_REFERENCE, "cpu", None), REFERENCE_TIMING)
+    assert eager is not None and eager.median_ms > 0 and eager.runs > 0
+
+
+def test_in_the_service_a_job_that_does_not_reward_compile_does_not_wait_and_says_it_is_pending(run_eval, settings):
+    from worker.engine.gpu_schedule import GpuSchedule
+
+    settings.gpu_schedule = GpuSchedule("cpu0")  # the service's lane (the engine alone always waits)
+    result = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4104, compile_baseline=True, **TIMING)
+    assert result.status == EvalStatus.ok, result.error
+    assert result.extra["compile_baseline"] == {"state": "pending"}
+    assert result.timing is not None and result.timing.compile_speedup is None
+    assert result.timing.compile_baseline_missing.startswith("pending")
 
 
 def test_a_reference_torch_compile_cannot_compile_still_gets_an_eager_verdict(run_eval):
@@ -89,18 +104,20 @@ def test_a_compiled_reference_that_disagrees_with_the_eager_one_is_no_baseline()
     assert outcome.reason.startswith("the compiled reference does not match the eager one on trial 0")
 
 
-def test_the_worker_switch_and_a_judge_broken_by_compile_turn_the_baseline_off():
-    from tests.engine.test_reference_cache import _cache, _entry, _key
+def test_the_worker_switch_and_the_job_option_turn_the_baseline_off():
     from worker.engine.compile_baseline import off_reason
     from worker.engine.settings import EngineSettings
     from worker.models import EvalOptions
 
-    cache, settings = _cache(), EngineSettings()
-    entry = _entry(_key())
+    settings = EngineSettings()
     cuda = EvalOptions(device="cuda")
-    assert off_reason(cuda, settings, cache, entry) is None, "on by default on cuda"
-    assert off_reason(EvalOptions(device="cuda", compile_baseline=False), settings, cache, entry) is not None
-    cache.compile_failures[entry.key] = "torch.compile of the reference broke the judge (crashed): ..."
-    assert off_reason(cuda, settings, cache, entry).startswith("torch.compile of the reference broke the judge")
+    assert off_reason(cuda, settings) is None, "on by default on cuda"
+    assert off_reason(EvalOptions(device="cuda", compile_baseline=False), settings) is not None
     settings.compile_baseline = False
-    assert "KERNELJUDGE_COMPILE_BASELINE" in off_reason(cuda, settings, cache, entry)
+    assert "KERNELJUDGE_COMPILE_BASELINE" in off_reason(cuda, settings)
+
+
+def test_the_compile_speedup_formula_scales_the_paired_eager_speedup():
+    record = baselines.CompileBaselineRecord(True, 0.0, eager_median_ms=2.0, compiled_median_ms=1.0)
+    assert baselines.compile_speedup(3.0, record) == 6.0
+    assert baselines.compile_speedup_interval((2.0, 4.0), record) == (4.0, 8.0)

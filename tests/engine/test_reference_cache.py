@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 
+from worker.engine.memory_budget import HeldMemory, MemoryBudget
 from worker.engine.reference_cache import (
     CachedReference,
     ProblemKey,
     ReferenceCache,
-    ReferenceTiming,
     new_seeds,
 )
 from worker.engine.settings import EngineSettings
@@ -29,7 +29,7 @@ def _key(reference: str = "ref", settings: EngineSettings | None = None, **optio
 
 
 def _cache(**schedule) -> ReferenceCache:
-    schedule = {"max_age_s": 600.0, "max_uses": 100, "retime_s": 120.0, **schedule}
+    schedule = {"max_age_s": 600.0, "max_uses": 100, **schedule}
     return ReferenceCache(4, **schedule)
 
 
@@ -97,19 +97,8 @@ def test_a_dead_judge_is_not_reused():
     assert cache.checkout(key) is None
 
 
-def test_reference_timing_is_reused_until_it_is_older_than_the_retime_interval():
-    import time
-
-    fresh = _cache()
-    stale = _cache(retime_s=-1.0)
-    entry = _entry(_key())
-    assert not fresh.timing_fresh(entry)
-    entry.timing = ReferenceTiming([1.0, 1.1], 2, time.monotonic())
-    assert fresh.timing_fresh(entry) and not stale.timing_fresh(entry)
-
-
 def test_least_recently_used_entries_are_evicted_past_the_size():
-    cache = ReferenceCache(1, max_age_s=600.0, max_uses=100, retime_s=120.0)
+    cache = ReferenceCache(1, max_age_s=600.0, max_uses=100)
     first = cache.add(_entry(_key("a")))
     cache.checkin(first, healthy=True)
     second = cache.add(_entry(_key("b")))
@@ -119,7 +108,7 @@ def test_least_recently_used_entries_are_evicted_past_the_size():
 
 
 def test_an_entry_evicted_while_a_job_holds_it_is_closed_only_after_that_job():
-    cache = ReferenceCache(1, max_age_s=600.0, max_uses=100, retime_s=120.0)
+    cache = ReferenceCache(1, max_age_s=600.0, max_uses=100)
     busy = cache.add(_entry(_key("a")))
     job_done = threading.Event()
     closed_during_job = []
@@ -134,8 +123,98 @@ def test_an_entry_evicted_while_a_job_holds_it_is_closed_only_after_that_job():
 
 
 def test_a_disabled_cache_closes_each_judge_after_its_job():
-    cache = ReferenceCache(0, max_age_s=600.0, max_uses=100, retime_s=120.0)
+    cache = ReferenceCache(0, max_age_s=600.0, max_uses=100)
     entry = cache.add(_entry(_key()))
     assert not entry.cached
     cache.checkin(entry, healthy=True)
     assert entry.judge.closed.wait(30)
+
+
+def _sized(key: ProblemKey, *, cost_s: float, device: int, host: int = 0) -> CachedReference:
+    entry = _entry(key)
+    entry.miss_cost_s = cost_s
+    entry.held = HeldMemory(device_bytes=device, host_bytes=host)
+    return entry
+
+
+def _budgeted(budget: MemoryBudget, **options) -> ReferenceCache:
+    return ReferenceCache(64, max_age_s=600.0, max_uses=100, budget=budget, **options)
+
+
+def _kept(cache: ReferenceCache, *entries: CachedReference) -> list[CachedReference]:
+    """Entries added by their jobs, which are done with them."""
+    added = [cache.add(entry) for entry in entries]
+    for entry in added:
+        cache.checkin(entry, healthy=True)
+    return added
+
+
+def test_judges_stay_within_the_memory_budget_and_the_cheapest_to_lose_goes_first():
+    cache = _budgeted(MemoryBudget(device_limit=1000, host_limit=10_000))
+    costly, cheap = _kept(cache, _sized(_key("costly"), cost_s=10.0, device=400),
+                          _sized(_key("cheap"), cost_s=1.0, device=400))
+    newest = cache.add(_sized(_key("newest"), cost_s=5.0, device=400))  # 1200 bytes: over the budget
+    assert cheap.judge.closed.wait(30)
+    assert not costly.judge.closed.is_set() and not newest.judge.closed.is_set()
+    assert cache.counts().device_bytes == 800 and cache.counts().evicted == 1
+    assert cache.problems() == {_key("costly").reference_sha256, _key("newest").reference_sha256}
+
+
+def test_an_entry_holding_more_memory_goes_before_a_smaller_one_of_the_same_cost():
+    cache = _budgeted(MemoryBudget(device_limit=1000, host_limit=10_000))
+    large, small = _kept(cache, _sized(_key("large"), cost_s=5.0, device=600),
+                         _sized(_key("small"), cost_s=5.0, device=200))
+    cache.add(_sized(_key("new"), cost_s=5.0, device=300))
+    assert large.judge.closed.wait(30) and not small.judge.closed.is_set()
+
+
+def test_a_costly_entry_unused_for_long_loses_to_newer_ones():
+    """Evictions raise the cache's inflation, so values of entries used long ago fall behind (recency)."""
+    cache = _budgeted(MemoryBudget(device_limit=1000, host_limit=10_000))
+    (old,) = _kept(cache, _sized(_key("old"), cost_s=6.0, device=500))
+    _kept(cache, *(_sized(_key(f"p{index}"), cost_s=2.0, device=500) for index in range(12)))
+    assert old.judge.closed.wait(30)
+
+
+def test_the_host_memory_budget_counts_too():
+    cache = _budgeted(MemoryBudget(device_limit=None, host_limit=1000))
+    (first,) = _kept(cache, _sized(_key("a"), cost_s=1.0, device=0, host=700))
+    cache.add(_sized(_key("b"), cost_s=1.0, device=0, host=700))
+    assert first.judge.closed.wait(30)
+
+
+def test_short_device_memory_gives_up_one_more_judge_than_the_budget():
+    class Short(MemoryBudget):
+        def device_short(self) -> bool:
+            return True
+
+    cache = _budgeted(Short(device_limit=10_000, host_limit=10_000))
+    (first,) = _kept(cache, _sized(_key("a"), cost_s=1.0, device=100))
+    second = cache.add(_sized(_key("b"), cost_s=1.0, device=100))
+    assert first.judge.closed.wait(30) and not second.judge.closed.is_set()
+
+
+def test_a_problem_keeps_as_many_judges_as_jobs_may_run_at_once():
+    cache = _budgeted(MemoryBudget(device_limit=10_000, host_limit=10_000), per_key=2)
+    key = _key()
+    one, two, three = (cache.add(_sized(key, cost_s=1.0, device=10)) for _ in range(3))
+    assert one.cached and two.cached and not three.cached, "the third is a private judge"
+    cache.checkin(three, healthy=True)
+    assert three.judge.closed.wait(30)
+    cache.checkin(one, healthy=True)
+    assert cache.checkout(key) is one and cache.checkout(key) is None  # two is still busy
+
+
+def test_a_judge_started_ahead_is_announced_and_then_found_warm():
+    cache = _cache()
+    key = _key()
+    assert cache.begin_warming(key) and not cache.begin_warming(key), "one start per problem"
+    started = cache.warming(key)
+    assert started is not None and not started.is_set()
+    assert key.reference_sha256 in cache.problems()
+    entry = _entry(key)
+    entry.prestarted = True
+    cache.add(entry, hold=False)
+    cache.end_warming(key)
+    assert started.is_set() and cache.warming(key) is None
+    assert cache.checkout(key) is entry and entry.uses == 1

@@ -11,7 +11,6 @@ from worker.engine.timing_protocol import (
     CALIBRATION_WARMUP,
     TimedBlock,
     block_plan,
-    fixed_count,
     measure_paired,
     paired_count,
 )
@@ -21,12 +20,12 @@ from worker.models import EvalOptions
 
 def test_the_count_fits_the_budget_and_the_bounds():
     options = EvalOptions(timing_budget_s=1.0, timing_min_runs=10, timing_max_runs=2000, timing_target_rse=0.005)
-    assert fixed_count([1.0] * 5, options) == 10  # steady: the minimum is enough
-    assert fixed_count([0.001] * 5, options) == 10
+    assert paired_count([[1.0] * 5], options) == 10  # steady: the minimum is enough
+    assert paired_count([[0.001] * 5], options) == 10
     noisy = [1.0, 2.0, 1.0, 2.0, 1.0]  # cv ~0.35: ~5000 runs wanted, 1 s budget fits ~1000
-    assert fixed_count(noisy, options) == 1000
-    assert fixed_count([500.0] * 5, options) == 2  # a slow model: what fits the budget, at least one
-    assert fixed_count(noisy, options.model_copy(update={"timing_max_runs": 50})) == 50
+    assert paired_count([noisy], options) == 1000
+    assert paired_count([[500.0] * 5], options) == 2  # a slow model: what fits the budget, at least one
+    assert paired_count([noisy], options.model_copy(update={"timing_max_runs": 50})) == 50
 
 
 def test_one_count_for_both_sides_the_noisiest_decides_the_slowest_caps():

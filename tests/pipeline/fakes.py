@@ -7,7 +7,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
-from worker.jobs.store import Job, JobStore, NewJob
+from worker.jobs.store import Job, JobStore, NewJob, problem_id_for
 from worker.models import EvalResult, EvalStatus
 
 WAIT_S = 60.0  # an upper bound for event waits, never reached when the pipeline works
@@ -16,6 +16,7 @@ WAIT_S = 60.0  # an upper bound for event waits, never reached when the pipeline
 @dataclass
 class FakePrepared:
     candidate: str
+    problem: str = ""
     discarded: bool = False
 
     def discard(self) -> None:
@@ -35,6 +36,33 @@ class Observed:
     at_stage: dict[str, str] = field(default_factory=dict)
 
 
+class JudgeModel:
+    """A device's judges as the scheduler sees them: `capacity` problems loaded, least recently used
+    dropped; counts the jobs that had to start a judge (misses)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.loaded: list[str] = []
+        self.misses = 0
+        self.hits = 0
+        self.lock = threading.Lock()
+
+    def use(self, problem: str) -> None:
+        with self.lock:
+            if problem in self.loaded:
+                self.hits += 1
+                self.loaded.remove(problem)
+            else:
+                self.misses += 1
+                if len(self.loaded) >= self.capacity:
+                    self.loaded.pop(0)
+            self.loaded.append(problem)
+
+    def warm(self, settings) -> set[str]:
+        with self.lock:
+            return set(self.loaded)
+
+
 class FakeEngine:
     """prepare/execute with the engine's signatures.
 
@@ -43,10 +71,12 @@ class FakeEngine:
     is set.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, judges: JudgeModel | None = None) -> None:
         self.seen = Observed()
         self.holds: dict[tuple[str, str], threading.Event] = {}
         self.schedule = None  # set by the test to check the device's state during timing
+        self.judges = judges
+        self.problems_run: list[str] = []  # the problem of each job, in the order they reached the device
 
     def hold(self, candidate: str, stage: str) -> threading.Event:
         event = threading.Event()
@@ -75,13 +105,16 @@ class FakeEngine:
         with self.seen.cond:
             self.seen.prepared.append(candidate)
             self.seen.cond.notify_all()
-        return FakePrepared(candidate)
+        return FakePrepared(candidate, problem_id_for(request.reference))
 
     def execute(self, prepared: FakePrepared, *, settings, on_stage):
         candidate = prepared.candidate
         with self.seen.cond:
             self.seen.executed.append(candidate)
+            self.problems_run.append(prepared.problem)
             self.seen.cond.notify_all()
+        if self.judges is not None:
+            self.judges.use(prepared.problem)
         for stage in ("reference", "candidate", "compare"):
             on_stage(stage)
             self._at(candidate, stage)
@@ -103,7 +136,10 @@ class FakeEngine:
         return EvalResult(status=EvalStatus.ok, correct=True, compiled=True)
 
 
-def add_job(store: JobStore, candidate: str, priority: int = 0) -> Job:
-    problem, _ = store.put_problem(f"# problem {uuid.uuid4().hex}\nclass Model: pass\n")
-    return store.create_job(NewJob(problem_id=problem.id, submission={"candidate": candidate, "options": {}},
-                                   api_key_id="k", priority=priority))[0]
+def add_job(store: JobStore, candidate: str, priority: int = 0, *, problem: str | None = None,
+            key: str = "k") -> Job:
+    """A queued job; `problem` names its reference (the same name, the same problem), else a new one."""
+    reference = f"# problem {problem or uuid.uuid4().hex}\nclass Model: pass\n"
+    stored, _ = store.put_problem(reference)
+    return store.create_job(NewJob(problem_id=stored.id, submission={"candidate": candidate, "options": {}},
+                                   api_key_id=key, priority=priority))[0]

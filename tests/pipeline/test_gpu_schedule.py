@@ -41,3 +41,38 @@ def test_after_the_alone_stage_every_device_stage_holds_the_device_exclusively()
     lease.enter("reward")
     assert not schedule.state().exclusive
     lease.release()
+
+
+def test_a_job_waiting_for_a_judge_or_a_baseline_holds_nothing_on_the_device():
+    from worker.engine.gpu_schedule import BASELINE_WAIT_STAGE, REFERENCE_WAIT_STAGE
+
+    schedule = GpuSchedule("gpu0", sharers=2)
+    lease = schedule.lease()
+    for stage, shared in [("reference", 1), (REFERENCE_WAIT_STAGE, 0), ("reference", 1), ("compare", 1),
+                          (BASELINE_WAIT_STAGE, 0)]:
+        lease.enter(stage)
+        assert schedule.state().shared == shared, stage
+    lease.enter("timing")
+    assert schedule.state().exclusive
+    lease.release()
+
+
+def test_background_work_waits_for_a_timing_but_never_holds_one_up():
+    import threading
+
+    schedule = GpuSchedule("gpu0", sharers=2)
+    started = threading.Event()
+
+    def compile_in_background() -> None:
+        with schedule.background():
+            started.set()
+
+    with schedule.exclusive():
+        thread = threading.Thread(target=compile_in_background)
+        thread.start()
+        assert not started.wait(0.2), "no background work starts while a job times"
+    thread.join(10)
+    assert started.is_set()
+    with schedule.background():
+        with schedule.exclusive():  # taken at once: background work holds nothing
+            assert schedule.state().exclusive

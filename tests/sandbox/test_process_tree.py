@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from worker.engine.process_tree import descendants
 from worker.engine.sandbox import ResourceLimits, SandboxExited, SandboxProcess, SandboxSpec, SandboxTimeout
 from worker.engine.sandbox.process import CappedLog
 
@@ -26,23 +27,7 @@ while True:
 
 
 def _descendants(pid: int) -> set[int]:
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    return set(descendants(pid)) - {pid}
 
 
 def _alive(pid: int) -> bool:
@@ -105,3 +90,19 @@ def test_capped_log_keeps_head_and_tail():
     assert text.startswith("HEAD") and text.endswith("TAIL")
     assert "bytes dropped" in text
     assert len(text) < 4096 + 100
+
+
+def test_the_child_runs_on_the_cores_and_at_the_priority_its_spec_gives():
+    core = sorted(os.sched_getaffinity(0))[-1]
+    report = ("import json, os; os.write(int(os.environ['KJ_MSG_FD']), (json.dumps({'event': 'placed', "
+              "'cpus': sorted(os.sched_getaffinity(0)), 'nice': os.nice(0)}) + '\\n').encode())")
+    spec = _spec()
+    spec.cpus, spec.nice = (core,), 7
+    process = SandboxProcess(spec, [sys.executable, "-c", report], name="placed")
+    process.start()
+    try:
+        placed = process.receive(60)
+    finally:
+        process.close(grace_s=0)
+    assert placed["cpus"] == [core]
+    assert placed["nice"] == os.nice(0) + 7

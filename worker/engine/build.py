@@ -153,7 +153,12 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, *, settings: EngineSetti
                           sandbox=sandbox)
     limits = ResourceLimits(cpu_s=int(limit_s * 4) + 30, address_space_bytes=pool.memory_cap_bytes())
     spec = runner_spec(config, settings, limits)
+    # Builds use the cores the device lanes do not reserve, below everything else (timing isolation).
+    spec.cpus = settings.cpu_plan().build_cpus or None
+    spec.nice = settings.build_nice
+    # The runtime package at its own path: the builder packs what it built with sandbox_runtime/file_tree.
     spec.mounts = [mount for mount in spec.mounts if mount.source != RUNTIME_DIR]
+    spec.mounts.append(Mount(RUNTIME_DIR, str(RUNTIME_DIR)))
     headers = pch_root(settings, torch_version).resolve()
     spec.mounts += [Mount(PACKAGE_DIR, str(PACKAGE_DIR)), Mount(headers, str(headers))]
     spec.mounts += compiler_mounts(toolchain)

@@ -1,82 +1,96 @@
-"""The torch.compile baseline, seen from the supervisor: compiled once per cached judge, timed like the eager reference.
+"""The torch.compile baseline, seen from a job: its problem's persisted record, attached when there is one.
 
-The judge compiles its reference (sandbox_runtime/compile_baseline.py) the first time a job on
-that problem wants the baseline, and the entry keeps what it reported, so the compile cost is
-paid once per problem and GPU, not per job. The compile runs in the job's shared device stage
-before timing, and only for a candidate that passed correctness: never inside the exclusive
-timing stage, where a 10-60 s compile would hold the GPU from every other job.
-
-Its timing uses the same protocol and input pool as the eager reference, is kept on the entry
-and is re-measured on the same schedule. It is taken last in the timing stage, after the
-candidate's timed outputs were re-checked, so a compiled reference that breaks the judge costs
-the baseline and never the candidate's verdict. Every way of not having a baseline is recorded
-as a reason on the result (`timing.compile_baseline_missing`).
+The baseline is measured once per problem, device model and torch/Triton version, in the background
+(worker/engine/baseline_worker.py), never on a job's path, and kept in the baseline book (the job
+store for the service). A job that finds no record asks for one and goes on without it
+(`extra.compile_baseline.state` = "pending"); only a job whose reward uses the compile baseline
+(`options.reward_baseline == "compile"`) waits for it, holding nothing on the device meanwhile
+("waited"), and so does every job of the engine alone (no device schedule to keep the background
+measurement apart from the next job's timing). A stale record (older than `baseline_retime_s`) is still attached and measured again
+in the background. The job's speedup against torch.compile is its own eager speedup scaled by the
+record's eager/compiled ratio (baselines.compile_speedup). Every way of not having a baseline is
+recorded as a reason on the result (`timing.compile_baseline_missing`).
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..models import Device, EvalOptions
-from .judge import CompileBaseline
-from .launch import UserFailure
-from .reference_cache import CachedReference, ReferenceCache, ReferenceTiming
+from ..models import Device, EvalOptions, TimingReport, TimingStats
+from . import baselines
+from .baseline_worker import BaselineTask, worker_for
+from .baselines import COMPILE_BASELINE, BaselineKey, CompileBaselineRecord
 from .settings import EngineSettings
-from .timing_protocol import measure
+
+PENDING = "pending: the compile baseline of this problem is being measured in the background; later jobs get it"
 
 
-def off_reason(options: EvalOptions, settings: EngineSettings, cache: ReferenceCache,
-               entry: CachedReference) -> str | None:
+def off_reason(options: EvalOptions, settings: EngineSettings) -> str | None:
     """Why this job gets no compile baseline, or None when it wants one."""
     if not settings.compile_baseline:
         return "switched off on this worker (KERNELJUDGE_COMPILE_BASELINE=0)"
     wanted = options.compile_baseline if options.compile_baseline is not None else options.device == Device.cuda
     if not wanted:
         return "off for this job (options.compile_baseline; off by default on cpu)"
-    if entry.key is not None and entry.key in cache.compile_failures:
-        return cache.compile_failures[entry.key]
     return None
 
 
 @dataclass
-class CompileStep:
-    """This job's part in the baseline: what the entry holds and whether this job paid for it."""
+class Attachment:
+    """What a job got: the record (if any), how (attached, waited, pending, failed) and why not."""
 
-    baseline: CompileBaseline | None
-    compiled_now: bool
-    judge_failed: bool = False
+    record: CompileBaselineRecord | None
+    state: str
+    missing: str | None
 
     def extra(self) -> dict:
-        if self.baseline is None:
-            return {}
-        return {"compiled_for_this_job": self.compiled_now, "compile_s": self.baseline.compile_s,
-                "judge_compiles": self.baseline.compiles, "available": self.baseline.available}
+        info: dict = {"state": self.state}
+        if self.record is not None:
+            info.update(available=self.record.available, age_s=round(self.record.age_s(), 1),
+                        compile_s=self.record.compile_s, measured_on=self.record.measured_on)
+        return info
 
 
-def ensure_compiled(entry: CachedReference, cache: ReferenceCache, settings: EngineSettings) -> CompileStep:
-    """The entry's compiled reference, compiling it now if no job has yet."""
-    if entry.compiled is not None:
-        return CompileStep(entry.compiled, compiled_now=False)
-    try:
-        entry.compiled = entry.judge.compile(time.monotonic() + settings.compile_baseline_timeout_s)
-    except UserFailure as failure:
-        # The judge died or hung while compiling: its entry is dropped, and the problem is not
-        # compiled again (a fresh judge would fail the same way at every job).
-        reason = f"torch.compile of the reference broke the judge ({failure.kind}): {failure.message[:500]}"
-        if entry.key is not None:
-            cache.compile_failures[entry.key] = reason
-        return CompileStep(CompileBaseline(False, reason, 0.0, 1), compiled_now=True, judge_failed=True)
-    return CompileStep(entry.compiled, compiled_now=True)
+def request(key: BaselineKey, reference: str, options: EvalOptions, settings: EngineSettings) -> None:
+    """Ask for the problem's baseline in the background when it is missing or stale (not when wanted off)."""
+    if off_reason(options, settings) is not None:
+        return
+    record = settings.baseline_book().get(key, COMPILE_BASELINE)
+    worker = worker_for(settings)
+    if record is None and worker.failure(key) is not None:
+        return  # its reference failed in the baseline's judge on this worker: not again at every job
+    if not baselines.fresh(record, settings.baseline_retime_s):
+        worker.request(BaselineTask(key, reference, options))
 
 
-def compile_timing(entry: CachedReference, cache: ReferenceCache, options: EvalOptions,
-                   deadline: float) -> ReferenceTiming:
-    """The compiled reference's timing: the entry's while fresh, else measured now (UserFailure: the
-    judge failed while timing it)."""
-    if cache.fresh(entry.compile_timing):
-        assert entry.compile_timing is not None
-        return entry.compile_timing
-    measured = measure(lambda runs, warmup, _: entry.judge.time(runs, warmup, deadline, compiled=True), options)
-    entry.compile_timing = ReferenceTiming(measured.timed.device_ms, measured.runs, time.monotonic())
-    return entry.compile_timing
+def attach(key: BaselineKey, reference: str, options: EvalOptions, settings: EngineSettings, *, wait: bool,
+           release_device: Callable[[], None]) -> Attachment:
+    """The job's compile baseline (see the module docstring). `release_device` is called before waiting."""
+    request(key, reference, options, settings)
+    worker = worker_for(settings)
+    record = settings.baseline_book().get(key, COMPILE_BASELINE)
+    state = "attached"
+    if record is None:
+        failure = worker.failure(key)
+        if failure is not None:
+            return Attachment(None, "failed", failure)
+        if not wait:
+            return Attachment(None, "pending", PENDING)
+        release_device()
+        record = worker.wait(key, settings.compile_baseline_timeout_s)
+        if record is None:
+            return Attachment(None, "failed", worker.failure(key) or "the compile baseline was not measured within "
+                                                                     f"{settings.compile_baseline_timeout_s:.0f}s")
+        state = "waited"
+    assert isinstance(record, CompileBaselineRecord)
+    return Attachment(record, state, None if record.available else record.reason or "not available")
+
+
+def apply(timing: TimingReport, record: CompileBaselineRecord) -> None:
+    """The job's timing against torch.compile, from its own eager speedup and the record."""
+    timing.compile_reference = TimingStats.model_validate(record.compiled_stats) if record.compiled_stats else None
+    timing.compile_reference_median_ms = record.compiled_median_ms
+    timing.compile_speedup = baselines.compile_speedup(timing.speedup, record)
+    timing.compile_speedup_ci95 = baselines.compile_speedup_interval(timing.speedup_ci95, record)
+    timing.compile_reference_age_s = round(record.age_s(), 3)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import socket
 import time
 
 from ..models import (
@@ -23,15 +24,16 @@ from ..models import (
     EvalStatus,
     TimingReport,
 )
-from . import build, clock_check, compile_baseline, timing_stats
+from . import baselines, build, clock_check, compile_baseline, judge_start, triton_cache
 from .attribution import Attribution, attribute
-from .gpu_schedule import ALONE_STAGE
-from .judge import Comparison, JudgeSession
+from .baselines import REFERENCE_TIMING, BaselineKey, CompileBaselineRecord, ReferenceTimingRecord
+from .gpu_schedule import ALONE_STAGE, BASELINE_WAIT_STAGE, REFERENCE_WAIT_STAGE
+from .judge import Comparison
 from .kernel_names import own_kernel_names
 from .launch import UserFailure
 from .policy.registry import is_disabled
 from .prepared_job import PreparedJob, StageCallback, notify
-from .reference_cache import CachedReference, ProblemKey, ReferenceTiming, cache_for, new_seeds
+from .reference_cache import CachedReference, cache_for
 from .sandbox.process import PAYLOAD_KEY
 from .sandbox_pool import PoolEmpty, WarmRunner, pool_for
 from .settings import EngineSettings
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 
 # A candidate's run reply may exceed an honest one's size by this much before it is refused unread.
 REPLY_SLACK_BYTES = 1 << 20
+# A runner's compiled Triton kernels, packed in its memory, come back within this.
+TRITON_CACHE_REPLY_S = 30.0
 
 
 class _ReferenceTimingFailure(Exception):
@@ -122,12 +126,29 @@ class DeviceStage:
         finally:
             self.cache.checkin(entry, healthy=self._judge_healthy)
             if runner is not None:
+                self._publish_triton_cache(runner)
                 # Stopped here, not in the background: its log is complete only once it has exited.
                 runner.session.process.close(grace_s=2.0)
                 self.builder.set_candidate_log(runner.session.logs())
                 pool.retire(runner)
         result.candidate_log = self.builder.candidate_log
         return result
+
+    def _publish_triton_cache(self, runner: WarmRunner) -> None:
+        """What a Triton candidate's runner compiled, kept for later runs of the same source (triton_cache)."""
+        folder = self.prepared.ext_dir if self.prepared.backend == Backend.triton else None
+        if not self.builder.compiled or not runner.alive or not triton_cache.wanted(folder):
+            return
+        runner.session.process.max_payload_bytes = max(runner.session.process.max_payload_bytes,
+                                                       triton_cache.MAX_PUBLISH_BYTES)
+        try:
+            reply = runner.session.request("triton_cache", time.monotonic() + TRITON_CACHE_REPLY_S,
+                                           max_bytes=triton_cache.MAX_PUBLISH_BYTES)
+        except UserFailure as failure:
+            log.info("no Triton cache from the runner: %s", failure.message)
+            return
+        self.builder.extra["triton_cache"] = "published" if triton_cache.publish(
+            self.settings.triton_cache, folder, reply) else "not kept"
 
     def _judged(self, entry: CachedReference, runner: WarmRunner) -> EvalResult:
         try:
@@ -146,32 +167,37 @@ class DeviceStage:
     def _reference(self) -> CachedReference | EvalResult:
         opts = self.options
         request = self.prepared.request
-        key = ProblemKey.of(request.reference, opts, self.settings, shape_check=self.shape_check)
+        self._compile_record: CompileBaselineRecord | None = None
+        key = judge_start.key_of(request, self.settings)
         entry = self.cache.checkout(key)
+        warming = self.cache.warming(key) if entry is None else None
+        if warming is not None:
+            # Its judge is being started ahead (judge_start.JudgeWarmer), and needs the device to
+            # generate: wait for it holding nothing, rather than start a second one.
+            notify(self.on_stage, REFERENCE_WAIT_STAGE)
+            warming.wait(opts.limits.run_s)
+            notify(self.on_stage, "reference")
+            entry = self.cache.checkout(key)
         if entry is not None:
             self.builder.extra["reference_cache"] = "hit"
+            if entry.prestarted and entry.uses == 1:
+                self.builder.extra["reference_judge"] = "started ahead, while the candidate was prepared"
         else:
-            seeds = new_seeds(opts.seed, opts.trials, self.settings.timing_pool_size)
-            if not self.shape_check:
-                seeds["shape_seeds"] = []
-            judge = JudgeSession(request.reference, opts, self.settings)
             try:
-                judge.start(seeds, time.monotonic() + opts.limits.run_s,
-                            shape_max_bytes=self.settings.shape_trial_max_bytes)
+                entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s)
             except UserFailure as failure:
-                judge.close()
                 self._note_memory(failure)
                 return self.builder.reference_failure(failure)
-            except BaseException:
-                judge.close()
-                raise
-            entry = self.cache.add(CachedReference(key, judge, seeds))
-            self.builder.extra["reference_cache"] = "miss" if entry.cached else "off"
+            entry = self.cache.add(entry)
+            self.builder.extra["reference_cache"] = "off" if self.settings.reference_cache_entries <= 0 else "miss"
         generated = entry.judge.generated
         assert generated is not None
         self._record_environment(generated.environment)
         if generated.truth_skipped:
             self.builder.extra["precision_skipped"] = generated.truth_skipped
+        # The problem's persisted baselines: asked for now, measured in the background while this job runs.
+        self._baseline_key = BaselineKey.of(request.reference, opts.device.value, generated.environment.get("gpu_name"))
+        compile_baseline.request(self._baseline_key, request.reference, opts, self.settings)
         return entry
 
     def _judge_call(self, during: str, call):
@@ -284,16 +310,21 @@ class DeviceStage:
         )
 
     def _compile_baseline(self, entry: CachedReference) -> str | None:
-        """Why this job has no torch.compile baseline, or None (compiled by this job or an earlier one)."""
-        off = compile_baseline.off_reason(self.options, self.settings, self.cache, entry)
+        """Why this job has no torch.compile baseline, or None (its problem's persisted record is attached).
+        Only a job whose reward uses it waits for it; the others say it is pending (compile_baseline). The
+        engine alone (no device schedule: `kerneljudge eval`, a library call) always waits: nothing would
+        keep the background measurement from overlapping the next job's timing."""
+        del entry  # the baseline is measured by a judge of its own (baseline_worker), not the job's
+        off = compile_baseline.off_reason(self.options, self.settings)
         if off is not None:
             return off
-        step = compile_baseline.ensure_compiled(entry, self.cache, self.settings)
-        self.builder.extra["compile_baseline"] = step.extra()
-        if step.judge_failed:
-            self._judge_healthy = False
-        assert step.baseline is not None
-        return None if step.baseline.available else step.baseline.reason or "not available"
+        wait = self.options.reward_baseline == "compile" or self.settings.gpu_schedule is None
+        attached = compile_baseline.attach(self._baseline_key, self.prepared.request.reference, self.options,
+                                           self.settings, wait=wait,
+                                           release_device=lambda: notify(self.on_stage, BASELINE_WAIT_STAGE))
+        self.builder.extra["compile_baseline"] = attached.extra()
+        self._compile_record = attached.record if attached.missing is None else None
+        return attached.missing
 
     # -- timing (see timing_protocol and clock_check) ----------------------------------------
     def _timing(self, entry: CachedReference, runner: WarmRunner, report: CorrectnessReport,
@@ -315,7 +346,6 @@ class DeviceStage:
             return TimedBlock.from_reply(reply, runs=runs, warmup=warmup, wall_s=wall_s)
 
         window = measure_paired(reference_block, candidate_block, opts)
-        entry.timing = ReferenceTiming(window.reference_ms, len(window.reference_ms), time.monotonic())
         # Outside the measured window: one call per input set, each output kept for the judge (KJ-R02).
         kept = candidate_block(self.settings.timing_pool_size, 0, True)
         snapshot = session.request("timed_outputs", deadline)
@@ -348,24 +378,16 @@ class DeviceStage:
 
     def _add_compile_timing(self, timing: TimingReport, entry: CachedReference, window: PairedWindow,
                             deadline: float, missing: str | None) -> None:
-        """The compiled reference's timing and the speedup against it, taken after everything the
-        verdict needs: a failure here loses the baseline (and the judge), never the verdict."""
-        if missing is None:
-            try:
-                compiled = compile_baseline.compile_timing(entry, self.cache, self.options, deadline)
-            except UserFailure as failure:
-                self._judge_healthy = False
-                missing = f"the compiled reference failed while timed ({failure.kind}): {failure.message[:500]}"
-                if entry.key is not None:
-                    self.cache.compile_failures[entry.key] = missing
-                entry.compiled = None
-        if missing is not None:
-            timing.compile_baseline_missing = missing
-            return
-        stats = timing_stats.summarize(compiled.device_ms)
-        cand_ms = window.candidate_stats.median_ms
-        timing.compile_reference = stats
-        timing.compile_reference_median_ms = stats.median_ms
-        timing.compile_speedup = stats.median_ms / cand_ms if cand_ms > 0 else float("inf")
-        timing.compile_speedup_ci95 = timing_stats.speedup_ci(compiled.device_ms, window.candidate_ms)
-        timing.compile_reference_age_s = round(compiled.age_s(), 3)
+        """The speedup against torch.compile, from this job's eager speedup and the problem's persisted
+        record (baselines.compile_speedup); and the reference's timing persisted for later jobs when the
+        problem has none yet or only a stale one (it sizes their timing windows)."""
+        del entry, window, deadline
+        book = self.settings.baseline_book()
+        stored = book.get(self._baseline_key, REFERENCE_TIMING)
+        if not baselines.fresh(stored, self.settings.baseline_retime_s):
+            book.put(self._baseline_key, ReferenceTimingRecord(timing.reference.median_ms, timing.reference.n,
+                                                               time.time(), socket.gethostname()))
+        if missing is None and self._compile_record is not None:
+            compile_baseline.apply(timing, self._compile_record)
+        else:
+            timing.compile_baseline_missing = missing or "no compile baseline"

@@ -23,7 +23,7 @@ from ..models import (
     EvalResult,
     EvalStatus,
 )
-from . import build, validate
+from . import build, triton_cache, validate
 from .device_stage import DeviceStage
 from .launch import UserFailure
 from .prepared_job import PreparedJob, StageCallback
@@ -85,7 +85,10 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
     (workdir / "src_cand" / "candidate.py").write_text(request.candidate)
     prepared = PreparedJob(request=request, backend=backend, workdir=workdir, builder=builder)
     if backend != Backend.cuda:
-        # Triton compiles at first launch, on the device: the run stage reports its errors.
+        # Triton compiles at first launch, on the device: the run stage reports its errors. Its
+        # kernels compile once per candidate source: the runner starts from the source's own cache.
+        if options.device == Device.cuda:
+            prepared.ext_dir = triton_cache.folder_for(settings.triton_cache, request.candidate)
         return prepared
     _notify(on_stage, "build")
     with builder.stage("build"):

@@ -7,10 +7,11 @@ time, no new shared stage starts, so a steady stream of correctness work cannot 
 
 The service's pipeline moves each job's `DeviceLease` by the engine's stage notifications
 (`worker.engine.StageCallback`): "timing" takes the device exclusively, "reward" lets it go,
-any other device stage holds it shared. Engine code that uses the device outside a job's
-stages (e.g. re-timing a cached reference) takes `EngineSettings.gpu_schedule.exclusive()`
-itself; `exclusive()` is re-entrant in the thread holding it, so taking it inside a job's
-timing stage does not deadlock.
+any other device stage holds it shared, except the waits (REFERENCE_WAIT_STAGE, BASELINE_WAIT_STAGE),
+which hold nothing. Engine code that uses the device outside a job's stages takes the schedule
+itself: a judge started ahead generates under `shared()`, the baseline worker compiles under
+`background()` and times under `exclusive()`; `exclusive()` is re-entrant in the thread holding
+it, so taking it inside a job's timing stage does not deadlock.
 """
 
 from __future__ import annotations
@@ -20,8 +21,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-# Stages after which a job no longer touches the device (the score is computed on the host).
-HOST_ONLY_STAGES = frozenset({"reward"})
+# Waits inside a job's device stages that must not hold the device: for its problem's judge being
+# started ahead (judge_start), and for its problem's compile baseline (baseline_worker), both of which
+# need the device themselves.
+REFERENCE_WAIT_STAGE = "reference_wait"
+BASELINE_WAIT_STAGE = "compile_baseline_wait"
+# Stages in which a job does not touch the device (the score is computed on the host; the waits above).
+HOST_ONLY_STAGES = frozenset({"reward", REFERENCE_WAIT_STAGE, BASELINE_WAIT_STAGE})
 EXCLUSIVE_STAGES = frozenset({"timing"})
 # From this stage on, every device stage of the job holds the device exclusively: the engine runs a job
 # again alone when it ran out of device memory while sharing it (worker/engine/device_stage.py).
@@ -47,6 +53,7 @@ class GpuSchedule:
         self._depth = 0
         self._waiting_shared = 0
         self._waiting_exclusive = 0
+        self._lane_jobs = 0  # jobs the lane holds (claimed, not finished): the pipeline says
 
     def state(self) -> ScheduleState:
         with self._cond:
@@ -54,6 +61,19 @@ class GpuSchedule:
 
     def _state(self) -> ScheduleState:
         return ScheduleState(self._shared, self._owner is not None, self._waiting_shared, self._waiting_exclusive)
+
+    def note_lane_jobs(self, count: int) -> None:
+        """The lane's pipeline tells how many jobs it holds (building, waiting or on the device)."""
+        with self._cond:
+            self._lane_jobs = count
+            self._cond.notify_all()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing on the device, nothing waiting for it, and no job in the lane (being built either)."""
+        with self._cond:
+            return (self._lane_jobs == 0 and self._shared == 0 and self._owner is None
+                    and self._waiting_shared == 0 and self._waiting_exclusive == 0)
 
     def wait_until(self, predicate: Callable[[ScheduleState], bool], timeout: float | None = None) -> bool:
         """Block until `predicate(state)` holds (re-checked at every change); False on timeout."""
@@ -105,6 +125,16 @@ class GpuSchedule:
             yield
         finally:
             self.release_shared()
+
+    @contextmanager
+    def background(self) -> Iterator[None]:
+        """Background device work that takes minutes of host time and little device time (a torch.compile
+        in the baseline worker): it starts only while nobody times or waits to, but holds nothing, so a
+        timing that comes later is never held up by it (holding the device shared for a 10-60 s compile
+        would stall every job's timing behind it)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._owner is None and self._waiting_exclusive == 0)
+        yield
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:

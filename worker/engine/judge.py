@@ -38,6 +38,7 @@ class GeneratedReference:
     reply_bytes: int  # an honest candidate's run reply
     input_bytes: int
     tampered: list[str] = field(default_factory=list)
+    device_bytes: int = 0  # what the judge says it holds on its device (its allocator's reserve)
 
 
 @dataclass
@@ -78,11 +79,23 @@ class JudgeSession:
     def alive(self) -> bool:
         return self.session.process.running
 
+    @property
+    def pid(self) -> int | None:
+        return self.session.process.pid
+
     def start(self, seeds: dict, deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
         """Start, import the reference and run it on every input set (UserFailure: the reference's fault)."""
+        self.launch(deadline)
+        return self.generate(seeds, deadline, shape_max_bytes=shape_max_bytes)
+
+    def launch(self, deadline: float) -> None:
+        """Start the sandbox and import the reference (host work: nothing runs on the device yet)."""
         self.session.process.start()
         self.session.wait_ready(deadline)
         self.session.load(self.reference, deadline)
+
+    def generate(self, seeds: dict, deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
+        """Run the reference on every input set and keep the outputs (device work)."""
         reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes, atol=self.options.atol,
                                      rtol=self.options.rtol, **seeds)
         self.generated = GeneratedReference(
@@ -91,6 +104,7 @@ class JudgeSession:
             truth_skipped=str(reply["truth_skipped"])[:500] if reply.get("truth_skipped") else None,
             output_bytes=int(reply.get("output_bytes") or 0), reply_bytes=int(reply.get("reply_bytes") or 0),
             input_bytes=int(reply.get("input_bytes") or 0), tampered=list(reply.get("tampered") or []),
+            device_bytes=int(reply.get("device_bytes") or 0),
         )
         self.session.process.max_payload_bytes = min(MAX_JUDGE_PAYLOAD_BYTES,
                                                      max(DEFAULT_MAX_PAYLOAD_BYTES, 2 * self.generated.input_bytes))

@@ -88,7 +88,7 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         "TORCH_EXTENSIONS_DIR": EXT_DIR,
         "KJ_LIB": "/kj/lib/worker",
         # In the runner's private /tmp: each runner serves one candidate, so no candidate ever
-        # reads a Triton cache another one wrote.
+        # reads a Triton cache another one wrote (a candidate runner's is set below).
         "TRITON_CACHE_DIR": "/tmp/triton-cache",
         "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": threads,
@@ -103,6 +103,10 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         env["TORCHINDUCTOR_COMPILE_THREADS"] = threads
     if paths.ext_dir is not None:
         env["KJ_EXT_BUILT"] = EXT_BUILT
+    if config.role == "candidate" and config.mode == "run" and paths.ext_dir is not None:
+        # The candidate's own Triton cache, copied into its extension folder for this runner only
+        # (worker/engine/triton_cache.py): kernels compile once per candidate source, not per sandbox.
+        env["TRITON_CACHE_DIR"] = "/kj/ext/triton-cache"
     if os.path.isdir(cuda_home):
         env["CUDA_HOME"] = cuda_home
     if config.device == "cpu":

@@ -1,4 +1,4 @@
-"""Per-problem reference cache: a warm judge holding the input sets, the reference's outputs and its timing.
+"""Per-problem reference cache: warm judges holding the input sets and the reference's outputs.
 
 An entry is keyed by everything that changes what the judge would compute: the reference
 source's hash, the device (GPU index on this host, and the GPU model the judge reports is kept
@@ -6,31 +6,44 @@ with the entry), torch/Triton versions, the sandbox kind and the options that sh
 outputs or timing. Its input sets come from seeds drawn from a secret master seed that never
 leaves the supervisor and the judge; they rotate on a schedule: an entry is replaced by a fresh
 judge with new seeds once it is `reference_max_age_s` old or has served `reference_max_uses`
-jobs, so any one input set is in front of a bounded number of candidates. Reference timing is
-re-measured once it is older than `reference_retime_s`, which bounds its drift; every result
-says how old the reference timing it used was. The torch.compile baseline is compiled by the
-entry's judge the first time a job wants it, kept with the entry (its timing re-measured on the
-same schedule as the eager one), and gone with the entry.
+jobs, so any one input set is in front of a bounded number of candidates. The reference is timed in
+every job, interleaved with the candidate (worker/engine/timing_protocol.py), so no timing is kept
+here; the torch.compile baseline is measured once per problem in the background and persisted
+(worker/engine/baselines.py).
+
+Capacity is memory, not a count: each judge's device and host memory is measured when it starts
+(memory_budget), and the judges together stay within the worker's budget (and under
+`reference_cache_entries`). When something must go, the entry that is cheapest to lose goes: each
+entry's value is what a miss costs (its judge's measured start and generate time) per share of the
+budget it holds, plus the cache's inflation at its last use (GreedyDual-Size: recency and cost
+together; the inflation rises to each evicted entry's value, so an entry not used for a while
+loses to newer ones whatever it cost).
+
+A problem may have several judges, up to the device's concurrency (`per_key`), so that two jobs of
+a problem on the device at once each have one. A judge can also be started ahead of its first job
+(`begin_warming` / `end_warming`, used by worker/engine/judge_start.py): a job that finds its
+problem's judge starting waits for it instead of starting another.
 
 Isolation: an entry serves one problem only (a reference never judges another problem's jobs),
-one job at a time (a job finding its entry busy gets a private judge for itself), and is dropped
-whenever its judge misbehaves or dies.
+one job at a time (a job finding every entry of its problem busy gets a private judge for itself,
+kept while there is room for another judge of that problem), and is dropped whenever its judge
+misbehaves or dies.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import logging
 import random
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..models import Device, EvalOptions, SandboxKind
-from .judge import CompileBaseline, JudgeSession
+from .baselines import package_version
+from .judge import JudgeSession
+from .memory_budget import HeldMemory, MemoryBudget
 from .settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -46,13 +59,6 @@ def new_seeds(master: int | None, trials: int, pool: int) -> dict:
         # Drawn last so that the seeds above stay what they were for a given master seed.
         "shape_seeds": [rng.randrange(2**31) for _ in range(2)],
     }
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -76,22 +82,13 @@ class ProblemKey:
     def of(cls, reference: str, options: EvalOptions, settings: EngineSettings, *, shape_check: bool) -> ProblemKey:
         return cls(
             reference_sha256=hashlib.sha256(reference.encode()).hexdigest(), device=options.device,
-            gpu_index=settings.gpu_index, sandbox=options.sandbox, torch=_version("torch"), triton=_version("triton"),
-            trials=options.trials, atol=options.atol, rtol=options.rtol, seed=options.seed, shape_check=shape_check,
-            pool_size=settings.timing_pool_size, shape_max_bytes=settings.shape_trial_max_bytes,
+            gpu_index=settings.gpu_index, sandbox=options.sandbox, torch=package_version("torch"),
+            triton=package_version("triton"), trials=options.trials, atol=options.atol, rtol=options.rtol,
+            seed=options.seed, shape_check=shape_check, pool_size=settings.timing_pool_size,
+            shape_max_bytes=settings.shape_trial_max_bytes,
             timing=(options.timing_budget_s, options.timing_target_rse, options.timing_min_runs,
                     options.timing_max_runs),
         )
-
-
-@dataclass
-class ReferenceTiming:
-    device_ms: list[float]
-    runs: int
-    measured_at: float  # time.monotonic()
-
-    def age_s(self) -> float:
-        return time.monotonic() - self.measured_at
 
 
 @dataclass
@@ -103,64 +100,84 @@ class CachedReference:
     seeds: dict
     created_at: float = field(default_factory=time.monotonic)
     uses: int = 0
-    timing: ReferenceTiming | None = None
-    # The torch.compile baseline: None until a job asks the judge for it.
-    compiled: CompileBaseline | None = None
-    compile_timing: ReferenceTiming | None = None
     cached: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # What a miss of this entry costs (its judge's start and generate, measured) and what it holds.
+    miss_cost_s: float = 1.0
+    held: HeldMemory = field(default_factory=HeldMemory)
+    value: float = 0.0  # GreedyDual-Size priority: the lowest goes first
+    prestarted: bool = False  # started ahead of its first job (judge_start.JudgeWarmer)
 
     def age_s(self) -> float:
         return time.monotonic() - self.created_at
 
 
-class ReferenceCache:
-    """Entries per problem key, least recently used dropped first; thread-safe."""
+@dataclass(frozen=True)
+class CacheCounts:
+    entries: int
+    device_bytes: int
+    host_bytes: int
+    evicted: int
 
-    def __init__(self, max_entries: int, *, max_age_s: float, max_uses: int, retime_s: float) -> None:
+
+class ReferenceCache:
+    """Entries per problem key within a memory budget, cheapest-to-lose dropped first; thread-safe."""
+
+    def __init__(self, max_entries: int, *, max_age_s: float, max_uses: int,
+                 budget: MemoryBudget | None = None, per_key: int = 1) -> None:
         self.max_entries = max_entries
         self.max_age_s = max_age_s
         self.max_uses = max_uses
-        self.retime_s = retime_s
-        self._entries: OrderedDict[ProblemKey, CachedReference] = OrderedDict()
-        # Problems whose torch.compile broke their judge: not compiled again (see worker.engine.compile_baseline).
-        self.compile_failures: dict[ProblemKey, str] = {}
+        self.budget = budget
+        self.per_key = max(1, per_key)
+        self._entries: dict[ProblemKey, list[CachedReference]] = {}
+        self._warming: dict[ProblemKey, threading.Event] = {}
+        self._inflation = 0.0
+        self._evicted = 0
         self._lock = threading.Lock()
 
+    # -- jobs ------------------------------------------------------------------------------
     def checkout(self, key: ProblemKey) -> CachedReference | None:
-        """The key's live, fresh entry, locked for the caller (release with `checkin`); None if there
-        is none or it is busy. A stale or dead entry is retired here (its judge closed)."""
+        """A live, fresh, free entry of the key, locked for the caller (release with `checkin`); None if
+        there is none. Stale or dead entries are retired here (their judges closed)."""
+        stale: list[CachedReference] = []
+        found = None
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            if not entry.judge.alive or entry.age_s() > self.max_age_s or entry.uses >= self.max_uses:
-                del self._entries[key]
-                stale = entry
-            else:
-                if not entry.lock.acquire(blocking=False):
-                    return None
-                self._entries.move_to_end(key)
-                entry.uses += 1
-                return entry
-        self._retire(stale)
-        return None
+            for entry in list(self._entries.get(key, ())):
+                if not entry.judge.alive or entry.age_s() > self.max_age_s or entry.uses >= self.max_uses:
+                    if entry.lock.acquire(blocking=False):  # a busy one is retired after its job
+                        entry.lock.release()
+                        self._remove(entry)
+                        stale.append(entry)
+                    continue
+                if found is None and entry.lock.acquire(blocking=False):
+                    found = entry
+            if found is not None:
+                found.uses += 1
+                found.value = self._inflation + found.miss_cost_s / self._share(found)
+        for entry in stale:
+            self._retire(entry)
+        return found
 
-    def add(self, entry: CachedReference) -> CachedReference:
-        """Keep a freshly generated entry (locked for its creator); evicts the least recently used."""
-        entry.lock.acquire()
-        entry.uses = 1
+    def add(self, entry: CachedReference, *, hold: bool = True) -> CachedReference:
+        """Keep a freshly generated entry (locked for its creator unless `hold` is False: a judge started
+        ahead of its jobs); makes room by evicting the entries cheapest to lose."""
+        if hold:
+            entry.lock.acquire()
+            entry.uses = 1
         if self.max_entries <= 0 or entry.key is None:
             entry.cached = False
             return entry
-        evicted = []
         with self._lock:
-            old = self._entries.pop(entry.key, None)
-            if old is not None:
-                evicted.append(old)
-            self._entries[entry.key] = entry
-            while len(self._entries) > self.max_entries:
-                evicted.append(self._entries.popitem(last=False)[1])
+            siblings = self._entries.setdefault(entry.key, [])
+            if len(siblings) >= self.per_key:
+                entry.cached = False  # a private judge: as many of this problem are kept as may run at once
+                if not siblings:
+                    del self._entries[entry.key]
+                return entry
+            siblings.append(entry)
+            entry.value = self._inflation + entry.miss_cost_s / self._share(entry)
+            evicted = self._make_room(protect=entry)
         for stale in evicted:
             self._retire(stale)
         return entry
@@ -171,16 +188,80 @@ class ReferenceCache:
             entry.lock.release()
             return
         with self._lock:
-            if entry.key is not None and self._entries.get(entry.key) is entry:
-                del self._entries[entry.key]
+            self._remove(entry)
         entry.lock.release()
         self._retire(entry)
 
-    def timing_fresh(self, entry: CachedReference) -> bool:
-        return self.fresh(entry.timing)
+    # -- judges started ahead ------------------------------------------------------------
+    def begin_warming(self, key: ProblemKey) -> bool:
+        """Claim the start of a judge for `key` ahead of its jobs: False when one is cached or starting."""
+        with self._lock:
+            if key in self._warming or self._entries.get(key):
+                return False
+            self._warming[key] = threading.Event()
+            return True
 
-    def fresh(self, timing: ReferenceTiming | None) -> bool:
-        return timing is not None and timing.age_s() <= self.retime_s
+    def end_warming(self, key: ProblemKey) -> None:
+        with self._lock:
+            event = self._warming.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def warming(self, key: ProblemKey) -> threading.Event | None:
+        with self._lock:
+            return self._warming.get(key)
+
+    # -- what the scheduler and the benchmark read ---------------------------------------
+    def problems(self) -> set[str]:
+        """Reference hashes with a judge cached or starting (the claim prefers their jobs)."""
+        with self._lock:
+            return {key.reference_sha256 for key in (*self._entries, *self._warming)}
+
+    def entries_of(self, key: ProblemKey) -> list[CachedReference]:
+        with self._lock:
+            return list(self._entries.get(key, ()))
+
+    def counts(self) -> CacheCounts:
+        with self._lock:
+            entries = [e for group in self._entries.values() for e in group]
+            return CacheCounts(len(entries), sum(e.held.device_bytes for e in entries),
+                               sum(e.held.host_bytes for e in entries), self._evicted)
+
+    # -- inside ------------------------------------------------------------------------------
+    def _share(self, entry: CachedReference) -> float:
+        return self.budget.share(entry.held) if self.budget is not None else 1.0
+
+    def _remove(self, entry: CachedReference) -> None:
+        if entry.key is None:
+            return
+        group = self._entries.get(entry.key)
+        if group and entry in group:
+            group.remove(entry)
+            if not group:
+                del self._entries[entry.key]
+
+    def _make_room(self, protect: CachedReference) -> list[CachedReference]:
+        """Evict (lowest value first, free entries before busy ones) while over the count or the memory
+        budget; one more when the device's free memory is short. Called with the lock held."""
+        evicted: list[CachedReference] = []
+        short = self.budget is not None and self.budget.device_short()
+        while True:
+            entries = [e for group in self._entries.values() for e in group]
+            over = len(entries) > self.max_entries
+            if self.budget is not None:
+                over = over or self.budget.over(sum(e.held.device_bytes for e in entries),
+                                                 sum(e.held.host_bytes for e in entries))
+            if not over and not short:
+                return evicted
+            short = False
+            victims = [e for e in entries if e is not protect]
+            if not victims:
+                return evicted
+            victim = min(victims, key=lambda e: (e.lock.locked(), e.value))
+            self._remove(victim)
+            self._inflation = max(self._inflation, victim.value)
+            self._evicted += 1
+            evicted.append(victim)
 
     @staticmethod
     def _retire(entry: CachedReference) -> None:
@@ -196,7 +277,7 @@ class ReferenceCache:
 
     def close(self) -> None:
         with self._lock:
-            entries = list(self._entries.values())
+            entries = [e for group in self._entries.values() for e in group]
             self._entries.clear()
         for entry in entries:
             entry.judge.close()
@@ -207,13 +288,22 @@ _caches_lock = threading.Lock()
 
 
 def cache_for(settings: EngineSettings) -> ReferenceCache:
-    """This worker's cache (one per GPU index and schedule)."""
+    """This worker's cache (one per GPU index and schedule), sized by the worker's memory."""
     key = (settings.gpu_index, settings.reference_cache_entries, settings.reference_max_age_s,
-           settings.reference_max_uses, settings.reference_retime_s)
+           settings.reference_max_uses)
     with _caches_lock:
         cache = _caches.get(key)
         if cache is None:
+            from .memory_budget import gpu_total_bytes
+
+            on_gpu = gpu_total_bytes(settings.gpu_index) is not None
+            budget = MemoryBudget.for_worker(on_gpu=on_gpu, gpu_index=settings.gpu_index,
+                                             gpu_fraction=settings.reference_cache_gpu_fraction,
+                                             host_fraction=settings.reference_cache_host_fraction,
+                                             lanes_on_host=settings.lanes_on_host)
+            sharers = settings.gpu_schedule.sharers if settings.gpu_schedule is not None else 1
             cache = ReferenceCache(settings.reference_cache_entries, max_age_s=settings.reference_max_age_s,
-                                   max_uses=settings.reference_max_uses, retime_s=settings.reference_retime_s)
+                                   max_uses=settings.reference_max_uses,
+                                   budget=budget, per_key=sharers)
             _caches[key] = cache
         return cache

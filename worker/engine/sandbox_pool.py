@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models import Device, SandboxKind
+from .cpu_plan import pin_process_tree
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from .sandbox import IsolationConfig, ResourceLimits, SandboxUnavailable
 from .settings import EngineSettings
@@ -50,6 +51,8 @@ class WarmRunner:
 
     session: RunnerSession
     slot_dir: Path | None
+    # Cores it runs on once a job takes it (its lane's reserved cores; it starts on the build cores).
+    job_cpus: tuple[int, ...] = ()
 
     @property
     def ext_dir(self) -> Path | None:
@@ -65,6 +68,11 @@ class WarmRunner:
         finally:
             if self.slot_dir is not None:
                 shutil.rmtree(self.slot_dir, ignore_errors=True)
+
+    def enter_job(self) -> None:
+        """Taken for a job: move to the lane's reserved cores (started warm on the build cores)."""
+        if self.job_cpus:
+            pin_process_tree(self.session.process.pid, self.job_cpus)
 
 
 class SandboxPool:
@@ -89,7 +97,9 @@ class SandboxPool:
     def take(self, timeout_s: float) -> WarmRunner:
         """A ready runner, for one candidate only. Waits while the pool is empty."""
         if self.size <= 0:
-            return self._start_runner()
+            runner = self._start_runner()
+            runner.enter_job()
+            return runner
         deadline = time.monotonic() + max(timeout_s, 0.0)
         with self._cond:
             while True:
@@ -97,6 +107,7 @@ class SandboxPool:
                     runner = self._ready.popleft()
                     self._cond.notify_all()  # the refiller starts the next one
                     if runner.alive:
+                        runner.enter_job()
                         return runner
                     log.warning("%s: a warm runner died while waiting; discarded", self.name)
                     self._teardown.put(runner)
@@ -204,14 +215,20 @@ def _slot_folder() -> Path:
 
 
 def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner:
-    """Start one candidate runner and wait until it is warm (SandboxUnavailable / UserFailure)."""
+    """Start one candidate runner and wait until it is warm (SandboxUnavailable / UserFailure).
+
+    It starts (imports torch and Triton) on the build cores, at normal priority, so that a start
+    never competes with a job timing on the lane's reserved cores; a job moves it there."""
     slot = _slot_folder()
     (slot / "ext").mkdir()
     limits = ResourceLimits(cpu_s=POOLED_CPU_S,
                             address_space_bytes=None if key.device == Device.cuda else 16 * 1024**3)
     config = RunnerConfig(role="candidate", mode="run", device=key.device.value,
                           paths=RunnerPaths(ext_dir=slot / "ext"), sandbox=key.sandbox)
-    runner = WarmRunner(RunnerSession(config, settings, limits), slot)
+    plan = settings.cpu_plan()
+    session = RunnerSession(config, settings, limits)
+    session.process.spec.cpus = plan.build_cpus or None
+    runner = WarmRunner(session, slot, job_cpus=plan.lane_cpus)
     try:
         runner.session.process.start()
         runner.session.wait_ready(time.monotonic() + READY_TIMEOUT_S)
@@ -224,7 +241,7 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
 def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> SandboxPool:
     """The pool of candidate runners for this kind of job (started on first use)."""
     key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.isolate_network,
-                  settings.cuda_arch_list, max(settings.warm_sandboxes, 0), settings.isolation,
+                  settings.cuda_arch_list, settings.pool_size(), settings.isolation,
                   (settings.sandbox_tmp_bytes, settings.sandbox_shm_bytes, settings.sandbox_ext_bytes))
     with _pools_lock:
         pool = _pools.get(key)

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .cpu_plan import CpuPlan, plan_cpus
 from .sandbox.spec import MIB, IsolationConfig
 
 if TYPE_CHECKING:
+    from .baselines import BaselineBook
     from .gpu_schedule import GpuSchedule
 
 
@@ -47,19 +49,36 @@ class EngineSettings:
     timing_pool_size: int = 4
     # The doubled-batch trial (KJ-R09) is skipped when its inputs would exceed this.
     shape_trial_max_bytes: int = 4 * 1024**3
+    # Per-candidate Triton caches (keyed by the candidate source's hash; worker/engine/triton_cache.py).
+    triton_cache: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "kerneljudge" / "triton-cache")
     # Candidate runners kept started and warm (torch and Triton imported), each used once; 0: none.
-    warm_sandboxes: int = 1
-    # Problems whose judge (inputs, reference outputs, reference timing) stays warm; 0: one per job.
-    reference_cache_entries: int = 4
+    # None: sized by the service's pipeline to its lane (device concurrency + 2), else 1.
+    warm_sandboxes: int | None = None
+    # At most this many judges (inputs, reference outputs, reference timing) stay warm per worker; 0:
+    # one per job. Within it, the cache is sized by the memory the judges hold (the fractions below).
+    reference_cache_entries: int = 64
+    # Share of the GPU's memory (cuda) and of the host's memory (split between this host's lanes)
+    # the warm judges may hold together (worker/engine/memory_budget.py).
+    reference_cache_gpu_fraction: float = 0.4
+    reference_cache_host_fraction: float = 0.25
     # A problem's judge is replaced, with fresh secret seeds, after this long or this many jobs.
     reference_max_age_s: float = 600.0
     reference_max_uses: int = 100
-    # Reference timing older than this is measured again before it is used.
-    reference_retime_s: float = 120.0
     # The torch.compile baseline (measured by the judge, cached per problem); False switches it off
     # for every job on this worker whatever the job's options say.
     compile_baseline: bool = True
     compile_baseline_timeout_s: float = 600.0
+    # Persisted per-problem baselines (worker/engine/baselines.py) older than this are measured again.
+    baseline_retime_s: float = 86400.0
+    # Where baselines are kept: the job store's book for the service (set by the pipeline); None: this
+    # process's memory.
+    baselines: BaselineBook | None = None
+    # Timing isolation (worker/engine/cpu_plan.py): this lane's reserved cores, the rest for builds.
+    reserved_cpus: str = "auto"
+    lane_cpus_count: int = 2
+    lane_index: int = 0  # this lane's number on its host (set by the pipeline / `kerneljudge worker`)
+    lanes_on_host: int = 1
+    build_nice: int = 10
     # Set by the service's pipeline: this device's shared/exclusive schedule. The pipeline already
     # holds it exclusively during a job's "timing" stage; engine code that times on the device
     # outside a job's stages takes `gpu_schedule.exclusive()` itself (None: nothing to share with).
@@ -80,6 +99,7 @@ class EngineSettings:
         if data_dir:
             settings.work_root = Path(data_dir) / "work"
             settings.build_cache = Path(data_dir) / "build-cache"
+            settings.triton_cache = Path(data_dir) / "triton-cache"
         settings.keep_workdirs = _env_bool("KERNELJUDGE_KEEP_WORKDIRS", False)
         gpu = os.environ.get("KERNELJUDGE_GPU_INDEX")
         settings.gpu_index = int(gpu) if gpu not in (None, "") else None
@@ -97,17 +117,44 @@ class EngineSettings:
         settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES",
                                                             settings.shape_trial_max_bytes))
         settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS") or 0)
-        settings.warm_sandboxes = int(os.environ.get("KERNELJUDGE_WARM_SANDBOXES", settings.warm_sandboxes))
+        warm = os.environ.get("KERNELJUDGE_WARM_SANDBOXES")
+        settings.warm_sandboxes = int(warm) if warm not in (None, "", "auto") else None
         settings.reference_cache_entries = int(os.environ.get("KERNELJUDGE_REFERENCE_CACHE_ENTRIES",
                                                               settings.reference_cache_entries))
         settings.reference_max_age_s = float(os.environ.get("KERNELJUDGE_REFERENCE_MAX_AGE_S",
                                                             settings.reference_max_age_s))
         settings.reference_max_uses = int(os.environ.get("KERNELJUDGE_REFERENCE_MAX_USES",
                                                          settings.reference_max_uses))
-        settings.reference_retime_s = float(os.environ.get("KERNELJUDGE_REFERENCE_RETIME_S",
-                                                           settings.reference_retime_s))
         settings.compile_baseline = _env_bool("KERNELJUDGE_COMPILE_BASELINE", settings.compile_baseline)
+        settings.reference_cache_gpu_fraction = float(os.environ.get("KERNELJUDGE_REFERENCE_CACHE_GPU_FRACTION",
+                                                                     settings.reference_cache_gpu_fraction))
+        settings.reference_cache_host_fraction = float(os.environ.get("KERNELJUDGE_REFERENCE_CACHE_HOST_FRACTION",
+                                                                      settings.reference_cache_host_fraction))
+        settings.baseline_retime_s = float(os.environ.get("KERNELJUDGE_BASELINE_RETIME_S", settings.baseline_retime_s))
+        settings.reserved_cpus = os.environ.get("KERNELJUDGE_RESERVED_CPUS", settings.reserved_cpus)
+        settings.lane_cpus_count = int(os.environ.get("KERNELJUDGE_LANE_CPUS", settings.lane_cpus_count))
+        settings.build_nice = int(os.environ.get("KERNELJUDGE_BUILD_NICE", settings.build_nice))
+        # Set by `kerneljudge worker` for each Celery worker process (one lane each); embedded lanes get
+        # theirs from the pipeline.
+        settings.lane_index = int(os.environ.get("KERNELJUDGE_LANE_INDEX", settings.lane_index))
+        settings.lanes_on_host = int(os.environ.get("KERNELJUDGE_LANES_ON_HOST", settings.lanes_on_host))
         return settings
+
+    def cpu_plan(self) -> CpuPlan:
+        """This lane's reserved cores and the build cores (see cpu_plan)."""
+        return plan_cpus(self.reserved_cpus, lane=self.lane_index, lanes=self.lanes_on_host,
+                         per_lane=self.lane_cpus_count)
+
+    def pool_size(self) -> int:
+        """Warm candidate runners to keep: configured, else 1 (the pipeline sizes it to its lane)."""
+        return max(self.warm_sandboxes, 0) if self.warm_sandboxes is not None else 1
+
+    def baseline_book(self) -> BaselineBook:
+        if self.baselines is None:
+            from .baselines import MemoryBaselineBook
+
+            self.baselines = MemoryBaselineBook()
+        return self.baselines
 
 
 def _isolation_from_env() -> IsolationConfig:

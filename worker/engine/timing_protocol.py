@@ -112,11 +112,6 @@ def _runs_in_budget(calibration_ms: list[float], options: EvalOptions) -> int:
     return max(int(options.timing_budget_s * 1e3 / median), 1)
 
 
-def fixed_count(calibration_ms: list[float], options: EvalOptions) -> int:
-    """The number of timed calls for one side, from its calibration (see the module docstring)."""
-    return paired_count([calibration_ms], options)
-
-
 def paired_count(calibrations_ms: list[list[float]], options: EvalOptions) -> int:
     """One count of timed calls for every side: what the noisiest side needs, what the slowest fits."""
     wanted = max(max(_runs_for_rse(ms, options) for ms in calibrations_ms), options.timing_min_runs)
@@ -147,22 +142,3 @@ def measure_paired(reference: BlockRun, candidate: BlockRun, options: EvalOption
             ref_block = reference(runs, BLOCK_WARMUP, False)
         timed.append((ref_block, cand_block))
     return PairedWindow(calibration, timed, runs)
-
-
-# -- one side alone (the torch.compile baseline's timing) --------------------------------------
-@dataclass
-class Measurement:
-    calibration: TimedBlock
-    timed: TimedBlock
-    runs: int
-
-    @property
-    def stats(self) -> TimingStats:
-        return timing_stats.summarize(self.timed.device_ms)
-
-
-def measure(run: BlockRun, options: EvalOptions) -> Measurement:
-    """Calibrate one side, fix its count, time it once."""
-    calibration = run(CALIBRATION_RUNS, CALIBRATION_WARMUP, False)
-    runs = fixed_count(calibration.device_ms, options)
-    return Measurement(calibration, run(runs, CALIBRATION_WARMUP, False), runs)

@@ -23,20 +23,6 @@ def summarize(samples_ms: list[float]) -> TimingStats:
     )
 
 
-def speedup_ci(reference_ms: list[float], candidate_ms: list[float], *, seed: int = 0,
-               level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap of median(reference) / median(candidate)."""
-    rng = np.random.default_rng(seed)
-    ref = np.asarray(reference_ms, dtype=np.float64)
-    cand = np.asarray(candidate_ms, dtype=np.float64)
-    ref_medians = np.median(rng.choice(ref, size=(BOOTSTRAP_ROUNDS, ref.size)), axis=1)
-    cand_medians = np.median(rng.choice(cand, size=(BOOTSTRAP_ROUNDS, cand.size)), axis=1)
-    ratios = ref_medians / np.maximum(cand_medians, 1e-12)
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return (float(low), float(high))
-
-
 def paired_speedup(pairs: list[tuple[list[float], list[float]]], *, seed: int = 0,
                    level: float = 0.95) -> tuple[float, tuple[float, float]]:
     """Speedup from (reference, candidate) blocks timed as neighbours: the median of the pairs' ratios

@@ -45,7 +45,10 @@ def plan_workers(device: str, gpus_arg: str | None) -> list[tuple[str, dict[str,
         return [(f"kj-cpu@{host}", {"KERNELJUDGE_WORKER_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""})]
     if not gpus:
         raise SystemExit("kerneljudge worker: --device cuda but no GPU is visible (nvidia-smi -L lists none)")
-    return [(f"kj-gpu{g}@{host}", {"KERNELJUDGE_WORKER_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": g}) for g in gpus]
+    # One lane per GPU, each its own process; its number on the host picks its reserved cores (cpu_plan).
+    return [(f"kj-gpu{g}@{host}", {"KERNELJUDGE_WORKER_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": g,
+                                   "KERNELJUDGE_LANE_INDEX": str(index), "KERNELJUDGE_LANES_ON_HOST": str(len(gpus))})
+            for index, g in enumerate(gpus)]
 
 
 def run(args: argparse.Namespace) -> int:

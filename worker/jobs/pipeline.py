@@ -23,13 +23,17 @@ import itertools
 import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from worker.engine.cuda_build.pool import build_slots
 from worker.engine.gpu_schedule import GpuSchedule
+from worker.jobs.claim_policy import DEFAULT_BURST, ClaimPolicy
 from worker.jobs.store import Job, JobStore
+from worker.jobs.store.baselines import StoreBaselineBook
+from worker.jobs.store.queue import ClaimChoice
 from worker.jobs.store.runner import (
     EngineCalls,
     ReadyJob,
@@ -56,11 +60,24 @@ class PipelineConfig:
     device_concurrency: int = DEFAULT_DEVICE_CONCURRENCY  # jobs in device stages at once per device
     prepare_ahead: int = 2  # jobs per device being prepared or prepared and waiting
     prepare_threads: int = 3  # prepare (validate + build) threads per process
+    claim_burst: int = DEFAULT_BURST  # claims in a row of one problem while others wait (claim_policy)
 
     @property
     def capacity(self) -> int:
         """Jobs one device lane holds at once (claimed and not finished)."""
         return self.device_concurrency + self.prepare_ahead
+
+    @property
+    def per_problem(self) -> int:
+        """Jobs of one problem a lane holds while other problems wait: enough to keep every device slot
+        on its own problem (each job of a problem needs a judge of that problem)."""
+        return max(1, self.capacity // self.device_concurrency)
+
+    def warm_sandboxes(self, device: str) -> int:
+        """Warm candidate runners per lane when none is configured: on a GPU one per device slot, and two
+        started ahead for the jobs being prepared; on a CPU worker one (there the runners' start-ups would
+        take the very cores the jobs run and time on)."""
+        return self.device_concurrency + min(self.prepare_ahead, 2) if device == "cuda" else 1
 
     @classmethod
     def from_env(cls) -> PipelineConfig:
@@ -74,7 +91,8 @@ class PipelineConfig:
         slots = build_slots()
         return cls(device_concurrency=concurrency,
                    prepare_ahead=_env_int("KERNELJUDGE_PREPARE_AHEAD", max(concurrency, slots)),
-                   prepare_threads=_env_int("KERNELJUDGE_PREPARE_THREADS", slots + 2))
+                   prepare_threads=_env_int("KERNELJUDGE_PREPARE_THREADS", slots + 2),
+                   claim_burst=_env_int("KERNELJUDGE_CLAIM_BURST", DEFAULT_BURST))
 
 
 @dataclass(frozen=True)
@@ -96,17 +114,53 @@ class _Ticket:
 class DeviceLane:
     """One device's part of the pipeline: admission, prepared jobs, and its device threads."""
 
-    def __init__(self, pipeline: JobPipeline, identity: WorkerIdentity):
+    def __init__(self, pipeline: JobPipeline, identity: WorkerIdentity, index: int = 0, lanes: int = 1):
+        config = pipeline.config
         self.pipeline = pipeline
         self.identity = identity
-        self.capacity = pipeline.config.capacity
-        self.schedule = GpuSchedule(identity.name, pipeline.config.device_concurrency)
+        self.capacity = config.capacity
+        self.schedule = GpuSchedule(identity.name, config.device_concurrency)
         self.settings = pipeline.settings_factory(identity, self.schedule)
+        _configure_lane(self.settings, pipeline, identity, index, lanes)
+        self.claims = ClaimPolicy(per_problem=config.per_problem, burst=config.claim_burst)
         self._cond = threading.Condition()
         self._admitted = self._preparing = self._executing = self._waiting = 0
         self._ready: list[tuple[int, float, int, _Ticket]] = []
         self._order = itertools.count()
         self._threads: list[threading.Thread] = []
+        self._in_flight: Counter[str] = Counter()  # claimed, unfinished jobs per problem
+        self._on_device: Counter[str] = Counter()  # jobs per problem in device stages now
+
+    # ---- what to claim --------------------------------------------------------------------
+
+    def claim_next(self) -> Job | None:
+        """Claim the next queued job for this lane by its claim policy (worker/jobs/claim_policy.py)."""
+        store = self.pipeline.store
+        warm = self._warm_problems()
+        chosen: list[ClaimChoice] = []
+        with self._cond:
+            in_flight = dict(self._in_flight)
+
+        def choose(groups):
+            choice = self.claims.choose(groups, in_flight, warm)
+            if choice is not None:
+                chosen.append(choice)
+            return choice
+
+        job = store.claim_next(self.identity.name, self.identity.gpu, choose)
+        if job is not None and chosen:
+            self.claims.claimed(chosen[-1])
+        return job
+
+    def _warm_problems(self) -> set[str]:
+        calls = self.pipeline.engine
+        if calls.warm_problems is None:
+            return set()
+        try:
+            return set(calls.warm_problems(self.settings))
+        except Exception:  # noqa: BLE001 - only a preference
+            log.exception("%s could not read its warm problems", self.identity.name)
+            return set()
 
     # ---- admission ------------------------------------------------------------------------
 
@@ -125,6 +179,7 @@ class DeviceLane:
                 self._cond.notify_all()
                 return None
             self._admitted += 1
+            self.schedule.note_lane_jobs(self._admitted)
             self._cond.notify_all()
         try:
             job = claim()
@@ -137,6 +192,7 @@ class DeviceLane:
         ticket = _Ticket(job=job, future=Future())
         with self._cond:
             self._preparing += 1
+            self._in_flight[job.problem_id] += 1
             self._cond.notify_all()
         try:
             self.pipeline.prepare_pool.submit(self._prepare, ticket)
@@ -162,6 +218,7 @@ class DeviceLane:
     def _leave(self) -> None:
         with self._cond:
             self._admitted -= 1
+            self.schedule.note_lane_jobs(self._admitted)
             self._cond.notify_all()
 
     # ---- stages ---------------------------------------------------------------------------
@@ -193,14 +250,26 @@ class DeviceLane:
             outcome = None
         self._complete(ticket, outcome)
 
+    def _next_ready(self) -> _Ticket:
+        """The prepared job to run next: highest priority first; among equals, one whose problem has no
+        job on the device now (its judge is free; a second judge of that problem would have to start),
+        then the oldest. Called with the lock held and `_ready` not empty."""
+        best = min(range(len(self._ready)),
+                   key=lambda i: (self._ready[i][0], self._on_device[self._ready[i][3].job.problem_id] > 0,
+                                  self._ready[i][1:3]))
+        entry = self._ready.pop(best)
+        heapq.heapify(self._ready)
+        return entry[3]
+
     def _device_loop(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self.pipeline.stopping or self._ready)
                 if self.pipeline.stopping:
                     return
-                ticket = heapq.heappop(self._ready)[3]
+                ticket = self._next_ready()
                 self._executing += 1
+                self._on_device[ticket.job.problem_id] += 1
                 self._cond.notify_all()
             final = None
             try:
@@ -214,10 +283,15 @@ class DeviceLane:
             finally:
                 with self._cond:
                     self._executing -= 1
+                    self._on_device[ticket.job.problem_id] -= 1
                     self._cond.notify_all()
                 self._complete(ticket, final)
 
     def _complete(self, ticket: _Ticket, final: Job | None) -> None:
+        with self._cond:
+            self._in_flight[ticket.job.problem_id] -= 1
+            if self._in_flight[ticket.job.problem_id] <= 0:
+                del self._in_flight[ticket.job.problem_id]
         self._leave()
         ticket.future.set_result(final)
         if final is not None:
@@ -251,6 +325,17 @@ class DeviceLane:
             thread.join(timeout_s)  # a thread mid-job is abandoned; its job is requeued next start
 
 
+def _configure_lane(settings, pipeline: JobPipeline, identity: WorkerIdentity, index: int, lanes: int) -> None:
+    """What the engine learns from the lane it serves: persisted baselines in the job store, the warm
+    runner pool sized to the lane, and the lane's place on its host (its reserved cores, cpu_plan)."""
+    if hasattr(settings, "baselines"):
+        settings.baselines = pipeline.baselines
+    if getattr(settings, "warm_sandboxes", 0) is None:
+        settings.warm_sandboxes = pipeline.config.warm_sandboxes(identity.device)
+    if hasattr(settings, "lane_index") and lanes > 1:
+        settings.lane_index, settings.lanes_on_host = index, lanes
+
+
 class JobPipeline:
     """Device lanes of one process, with the prepare threads they share."""
 
@@ -264,7 +349,8 @@ class JobPipeline:
         self.settings_factory = settings_factory
         self.stopping = False
         self.prepare_pool = ThreadPoolExecutor(self.config.prepare_threads, thread_name_prefix="kj-prepare")
-        self.lanes = [DeviceLane(self, identity) for identity in identities]
+        self.baselines = StoreBaselineBook(store)
+        self.lanes = [DeviceLane(self, identity, index, len(identities)) for index, identity in enumerate(identities)]
 
     def start(self) -> None:
         for lane in self.lanes:

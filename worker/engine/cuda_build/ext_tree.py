@@ -3,42 +3,19 @@
 The build sandbox writes only into size-capped tmpfs folders; what the run needs (sources, objects,
 the library, ninja's state) comes back over its pipe and the supervisor writes it into the build
 cache itself. Modification times travel to the nanosecond: ninja decides from them (and from its
-own log) that the run's load_inline has nothing to rebuild. Used on both sides: `pack` inside the
-sandbox, `unpack` in the supervisor, which trusts nothing in the manifest.
+own log) that the run's load_inline has nothing to rebuild. The sandbox side is
+sandbox_runtime/file_tree.py (`pack`, also used by a candidate runner to return its Triton cache);
+`unpack` here, in the supervisor, trusts nothing in the manifest.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path, PurePosixPath
 
 
 class BadTree(ValueError):
     """The manifest or its bytes do not describe a plain folder of regular files."""
-
-
-def pack(root: Path) -> tuple[list[dict], bytes]:
-    """Every folder and regular file under `root` (symlinks and other kinds are left out)."""
-    manifest: list[dict] = []
-    chunks: list[bytes] = []
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        relative = Path(folder).relative_to(root)
-        for name in dirs:
-            if not os.path.islink(os.path.join(folder, name)):
-                manifest.append({"path": str(relative / name), "dir": True})
-        for name in sorted(files):
-            path = os.path.join(folder, name)
-            info = os.lstat(path)
-            if not stat.S_ISREG(info.st_mode):
-                continue
-            with open(path, "rb") as handle:
-                data = handle.read()
-            manifest.append({"path": str(relative / name), "size": len(data), "mtime_ns": info.st_mtime_ns,
-                             "executable": bool(info.st_mode & stat.S_IXUSR)})
-            chunks.append(data)
-    return manifest, b"".join(chunks)
 
 
 def _checked(path: object) -> PurePosixPath:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .merge import merged_source, why_not_merged
 from .ninja_state import (
     CUDA_OBJECT,
     CUDA_SOURCE,
@@ -47,6 +48,14 @@ class CompileFailed(Exception):
 class FastBuildReport:
     seconds: dict[str, float] = field(default_factory=dict)  # wall time of each step
     linked: bool = True  # False where only objects could be built (CPU torch: no CUDA libraries)
+    merge: str = ""  # why main.cpp and the host half were two units ("": one, see merge.py)
+
+
+def _join(work: Path, objects: list[str], output: str) -> None:
+    joined = subprocess.run(["ld", "-r", *objects, "-o", output], cwd=work, capture_output=True, text=True,
+                            check=False)
+    if joined.returncode != 0:
+        raise CompileFailed("link", joined.stderr)
 
 
 def _include_dirs(flags: list[str]) -> list[str]:
@@ -157,11 +166,23 @@ def _build(directory: Path, toolchain: Toolchain, pch: HostPch, main_text: str, 
     pch_flags = pch.compile_flags()
     cuda_defines = [flag for flag in plan.cuda_cflags if flag.startswith("-D") and flag not in plan.cflags]
     cxx = toolchain.fast_cxx
-    main_job = _Job("main", [cxx, *plan.cflags, *pch_flags, "-c", MAIN_SOURCE, "-o", "main.o",
-                             *plan.post_cflags], work)
-    host_job = _Job("host", [cxx, *plan.cflags, *cuda_defines, "-isystem", str(toolchain.cccl_include),
-                             *pch_flags, "-x", "c++", "-c", "cuda_host.cpp", "-o", "cuda_host.o",
-                             *plan.post_cflags], work)
+
+    def two_units() -> list[_Job]:
+        return [_Job("main", [cxx, *plan.cflags, *pch_flags, "-c", MAIN_SOURCE, "-o", "main.o", *plan.post_cflags],
+                     work),
+                _Job("host", [cxx, *plan.cflags, *cuda_defines, "-isystem", str(toolchain.cccl_include), *pch_flags,
+                              "-x", "c++", "-c", "cuda_host.cpp", "-o", "cuda_host.o", *plan.post_cflags], work)]
+
+    # One translation unit for both when that cannot change either (merge.py): g++ pays its per-unit
+    # template work once.
+    report.merge = why_not_merged(main_text, cuda_text) or ""
+    if not report.merge:
+        (work / "merged.cpp").write_text(merged_source(split.host, main_text))
+        host_jobs = [_Job("host+main", [cxx, *plan.cflags, *cuda_defines, "-isystem", str(toolchain.cccl_include),
+                                        *pch_flags, "-x", "c++", "-c", "merged.cpp", "-o", "merged.o",
+                                        *plan.post_cflags], work)]
+    else:
+        host_jobs = two_units()
 
     def device_command(pre_includes: list[str]) -> list[str]:
         return [str(toolchain.nvcc), *plan.cuda_cflags,
@@ -178,10 +199,21 @@ def _build(directory: Path, toolchain: Toolchain, pch: HostPch, main_text: str, 
         records_started = time.monotonic()
         recorded = record_with_stand_ins(directory, targets)
         report.seconds["ninja-records"] = round(time.monotonic() - records_started, 2)
-        main_job.finish(report)
-        host_job.finish(report)
+        try:
+            for job in host_jobs:
+                job.finish(report)
+        except CompileFailed as failure:
+            if report.merge:
+                raise
+            # Compiled again as two units, so that the candidate's errors are reported as they always were.
+            report.merge = f"the merged unit did not compile ({failure.log.strip().splitlines()[-1][:200]})"
+            host_jobs = two_units()
+            for job in host_jobs:
+                job.finish(report)
+        merged = not report.merge
+        host_object = "merged.o" if merged else "cuda_host.o"
         if device_job is None:
-            instantiations = _instantiations(work / "cuda_host.o")
+            instantiations = _instantiations(work / host_object)
             device_source.write_text(split.device + "\n" + "\n".join(instantiations) + "\n")
             pre_includes = list(split.device_pre_includes)
             if any("c10::" in line for line in instantiations):  # AT_DISPATCH's Half and BFloat16
@@ -189,21 +221,22 @@ def _build(directory: Path, toolchain: Toolchain, pch: HostPch, main_text: str, 
             device_job = _Job("device", device_command(pre_includes), work)
         device_job.finish(report)
     finally:
-        for job in (main_job, host_job, device_job):
+        for job in (*host_jobs, device_job):
             if job is not None and job.process.poll() is None:
                 job.process.kill()
     link_started = time.monotonic()
-    joined = subprocess.run(["ld", "-r", "cuda_host.o", "cuda_dev.o", "-o", CUDA_OBJECT], cwd=work,
-                            capture_output=True, text=True, check=False)
-    if joined.returncode != 0:
-        raise CompileFailed("link", joined.stderr)
-    unmatched = _undefined_launchers(work / CUDA_OBJECT)
+    # main.o and cuda.cuda.o are only ever linked together: a merged unit's object stands for main.o, and
+    # cuda.cuda.o is then the device half alone.
+    _join(work, [host_object, "cuda_dev.o"], "kj_launch_check.o")
+    unmatched = _undefined_launchers(work / "kj_launch_check.o")
     if unmatched:
         raise CompileFailed("link", "the host half calls launchers the device half does not define "
                                     f"(their types differ between nvcc and the host compiler): {unmatched[0]}")
-    outputs = {MAIN_OBJECT: work / "main.o", CUDA_OBJECT: work / CUDA_OBJECT}
+    _join(work, ["cuda_dev.o"] if merged else ["cuda_host.o", "cuda_dev.o"], CUDA_OBJECT)
+    main_object = work / ("merged.o" if merged else "main.o")
+    outputs = {MAIN_OBJECT: main_object, CUDA_OBJECT: work / CUDA_OBJECT}
     if link_cuda_libraries:
-        _Job("link", [toolchain.host_cxx, "main.o", CUDA_OBJECT, *plan.ldflags, "-o", plan.library],
+        _Job("link", [toolchain.host_cxx, main_object.name, CUDA_OBJECT, *plan.ldflags, "-o", plan.library],
              work).finish(report)
         outputs[plan.library] = work / plan.library
     report.seconds["link"] = round(time.monotonic() - link_started, 2)

@@ -1,7 +1,8 @@
 """How many builds run at once, and how much memory each may use.
 
 A fast build keeps about two cores busy (host compiler and nvcc side by side), so a node runs
-cores/2 builds at a time; KERNELJUDGE_BUILD_SLOTS overrides that. Each build's processes are capped
+a build per two of the cores its device lanes do not reserve (worker/engine/cpu_plan.py);
+KERNELJUDGE_BUILD_SLOTS overrides that. Each build's processes are capped
 at KERNELJUDGE_BUILD_MEMORY_GB of address space (default 8), so one runaway template
 instantiation cannot take the node's memory.
 """
@@ -18,10 +19,14 @@ DEFAULT_MEMORY_GB = 8
 
 
 def build_slots() -> int:
+    """KERNELJUDGE_BUILD_SLOTS, else half the cores no device lane reserves (cpu_plan)."""
     configured = os.environ.get("KERNELJUDGE_BUILD_SLOTS")
     if configured:
         return max(1, int(configured))
-    return max(1, (os.cpu_count() or 1) // CORES_PER_BUILD)
+    from ..settings import EngineSettings
+
+    build_cores = len(EngineSettings.from_env().cpu_plan().build_cpus) or (os.cpu_count() or 1)
+    return max(1, build_cores // CORES_PER_BUILD)
 
 
 def jobs_per_build() -> int:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
+from sandbox_runtime.file_tree import pack as pack_tree  # mounted for builds too (worker/engine/build.py)
 
-from . import ext_tree
 from .fast import CompileFailed, build_fast, link_for_abi_check
 from .ninja_state import CUDA_OBJECT, MAIN_OBJECT, NinjaStateRejected, TorchBuildPlan
 from .pch import compiler_identity, find_pch, pch_mismatch
@@ -47,6 +47,7 @@ class ExtensionBuild:
     steps: dict[str, float] = field(default_factory=dict)
     linked: bool = True
     abi_check: str = ""  # CPU torch only: what loading the host half into CPU torch showed
+    merge: str = ""  # fast path: why main.cpp and the host half were compiled apart ("": as one unit)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class BuildSession:
         record.path = "fast"
         record.steps = report.seconds
         record.linked = report.linked
+        record.merge = report.merge
         if not self.cuda_torch:
             record.abi_check = abi_check(directory, self.toolchain)
 
@@ -193,7 +195,7 @@ def main() -> int:
     reply["line_map"] = session.source_map.to_json()
     payload = b""
     if reply["event"] == "built":
-        reply["files"], payload = ext_tree.pack(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
+        reply["files"], payload = pack_tree(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
         if payload:
             reply["payload_bytes"] = len(payload)
     channel.write((json.dumps(reply) + "\n").encode())

@@ -126,10 +126,15 @@ class MarkedLog:
         return self.before.text() + self._carry.decode("utf-8", "replace") + self.after.text()
 
 
-def _child_setup(limits: ResourceLimits, identity: SandboxIdentity):
+def _child_setup(limits: ResourceLimits, identity: SandboxIdentity, cpus: tuple[int, ...] | None = None,
+                 nice: int = 0):
     """Runs in the child before bwrap is exec'd (after Popen switched to the sandbox's uid, if any)."""
     def apply() -> None:
         identity.join_cgroup()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if nice > 0:
+            os.nice(nice)
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
@@ -189,7 +194,8 @@ class SandboxProcess:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 pass_fds=(write_fd,), env=env, start_new_session=True,
-                preexec_fn=_child_setup(limits, self.identity), **self.identity.popen_arguments(),
+                preexec_fn=_child_setup(limits, self.identity, self.spec.cpus, self.spec.nice),
+                **self.identity.popen_arguments(),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             self._release()

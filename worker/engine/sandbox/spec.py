@@ -80,3 +80,7 @@ class SandboxSpec:
     shm_size_bytes: int = 256 * MIB
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     isolation: IsolationConfig = field(default_factory=IsolationConfig)
+    # CPU cores the child may run on (None: any) and its nice value (0: the supervisor's), set before
+    # exec and inherited by everything it starts: timing isolation from builds (worker/engine/cpu_plan.py).
+    cpus: tuple[int, ...] | None = None
+    nice: int = 0

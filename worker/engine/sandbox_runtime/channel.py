@@ -35,6 +35,11 @@ class Channel:
         self._out.write((json.dumps({"event": event, **fields}) + "\n").encode())
         wire.write_tensors(self._out, tensors)
 
+    def send_bytes(self, event: str, data: bytes, **fields: Any) -> None:
+        """A reply followed by raw bytes (a packed folder, see file_tree), not tensors."""
+        self._out.write((json.dumps({"event": event, **fields, "payload_bytes": len(data)}) + "\n").encode())
+        self._out.write(data)
+
     def receive(self) -> dict[str, Any] | None:
         self.skip_payload()
         line = self._in.readline(MAX_LINE_BYTES)

@@ -111,7 +111,9 @@ class JudgeRunner(Runner):
         self.channel.send("done", op="generate", shape_trial=self.shape_info, perturbed_trials=self.perturbed,
                           truth_skipped=truth_skipped, tampered=self.integrity.changed(),
                           output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
-                          input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs]))
+                          input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs]),
+                          # What it now holds on its device (sizes the reference cache; memory_budget).
+                          device_bytes=torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0)
 
     def _candidate_reply_bytes(self) -> int:
         """The size of an honest candidate's run reply: its outputs and the inputs it sends back."""

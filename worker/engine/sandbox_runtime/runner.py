@@ -22,11 +22,13 @@ import shutil
 import sys
 import tempfile
 import traceback
+from pathlib import Path
 from typing import NoReturn
 
 import torch
 
 from . import (
+    file_tree,
     kernel_trace,
     timer,  # binds clocks and sync before any user code is imported
 )
@@ -266,6 +268,17 @@ class CandidateRunner(Runner):
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "in ModelNew.forward (kernel trace)") from exc
         self.channel.send("done", op="trace", events=events, tampered=self.integrity.changed())
+
+    def op_triton_cache(self, command: dict) -> None:
+        """The Triton kernels this runner compiled (TRITON_CACHE_DIR), packed, for the candidate's own
+        cache on the host (worker/engine/triton_cache.py); nothing when there are more than allowed."""
+        folder = os.environ.get("TRITON_CACHE_DIR")
+        try:
+            files, data = file_tree.pack(Path(folder), int(command["max_bytes"])) if folder and os.path.isdir(
+                folder) else ([], b"")
+        except file_tree.TooLarge:
+            files, data = [], b""
+        self.channel.send_bytes("done", data, op="triton_cache", files=files)
 
     def op_timed_outputs(self, command: dict) -> None:
         stored = {str(slot): to_storable(out) for slot, out in self.last_timed.items()}

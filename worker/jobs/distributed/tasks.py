@@ -13,11 +13,13 @@ import logging
 import os
 import socket
 import threading
+import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from worker.jobs.pipeline import DeviceLane, JobPipeline, PipelineConfig
 from worker.jobs.store import JobStore
 from worker.jobs.store.callbacks import CallbackSender
+from worker.jobs.store.jobs import job_time_limit_from_env
 from worker.jobs.store.runner import WorkerIdentity
 
 from .celery_app import TASK_NAME, celery_app, time_limits
@@ -49,18 +51,39 @@ def process_lane() -> DeviceLane:
         return _lane
 
 
+def claim_for_message(lane: DeviceLane, job_id: str):
+    """What one message makes this lane run: (job or None, why).
+
+    A message is a token for one claim, not an order for its job: the lane claims by its claim policy
+    (worker/jobs/claim_policy.py), grouping a problem's jobs on its judge like the embedded workers, so
+    the job the message names may be run by another message's claim, and this one claims another.
+    Every job has its message, and each message claims at most one job, so none is left behind. A named
+    job in flight is normally another message's claim, running; only one in flight for longer than any
+    job may run was left by a worker that died without its host's supervisor to requeue it (the broker
+    delivers such a message again after its visibility timeout): it is run again or failed (JobStore.claim).
+    """
+    store = lane.pipeline.store
+    named = store.get(job_id)
+    if named is not None and named.status != "queued" and not named.terminal and named.building_at is not None \
+            and time.time() - named.building_at > job_time_limit_from_env():
+        return store.claim(job_id, lane.identity.name, lane.identity.gpu)
+    job = lane.claim_next()
+    if job is None:
+        return None, "no queued job left: other messages' claims ran them"
+    return job, "claimed" if job.id == job_id else f"claimed {job.id} by the lane's claim policy"
+
+
 # acks_late and reject_on_worker_lost come from make_celery's config (task_acks_late, ...).
 @celery_app.task(name=TASK_NAME)
 def evaluate_job(job_id: str) -> str:
     lane = process_lane()
     store = lane.pipeline.store
-    identity = lane.identity
     why = "not claimed: the worker is stopping"
     claimed = None
 
     def claim():
         nonlocal why, claimed
-        claimed, why = store.claim(job_id, identity.name, identity.gpu)
+        claimed, why = claim_for_message(lane, job_id)
         return claimed
 
     started = lane.admit(claim)
@@ -73,11 +96,11 @@ def evaluate_job(job_id: str) -> str:
         final = started.result(timeout=soft_limit)
     except FutureTimeout:
         assert claimed is not None
-        if store.fail(job_id, "the job exceeded the worker's time limit (KERNELJUDGE_JOB_TIME_LIMIT_S)",
+        if store.fail(claimed.id, "the job exceeded the worker's time limit (KERNELJUDGE_JOB_TIME_LIMIT_S)",
                       attempt=claimed.attempts):
-            final = store.get(job_id)
+            final = store.get(claimed.id)
             if final is not None:
                 lane.pipeline.finished(final)
         else:
-            final = store.get(job_id)
+            final = store.get(claimed.id)
     return final.status if final else "superseded"

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .json_text import to_json_text
+from .queue import ClaimChoice, QueueGroup, oldest_in_group, top_priority_groups
 from .records import (
     ACTIVE_STATUSES,
     IN_FLIGHT_STATUSES,
@@ -306,17 +307,31 @@ class JobStore(JobRecovery):
             )
         return self.get(job_id)
 
-    def claim_next(self, worker: str, gpu: str | None) -> Job | None:
-        """Take the highest-priority, oldest queued job for this worker (None if none is queued)."""
+    def claim_next(self, worker: str, gpu: str | None,
+                   choose: Callable[[list[QueueGroup]], ClaimChoice | None] | None = None) -> Job | None:
+        """Take a queued job for this worker (None if none is queued).
+
+        Without `choose`: the highest-priority, oldest one. With it: `choose` picks a group (API key and
+        problem) among the highest priority's queued groups (a lane's claim policy,
+        worker/jobs/claim_policy.py) and the group's oldest job is taken.
+        """
         for _ in range(20):
             with self._session() as s, s.begin():
-                candidate = s.scalar(
-                    select(JobRow.id)
-                    .where(JobRow.status == JobStatus.queued.value)
-                    .order_by(JobRow.priority.desc(), JobRow.created_at)
-                    .limit(1)
-                    .with_for_update(skip_locked=True)
-                )
+                if choose is None:
+                    candidate = s.scalar(
+                        select(JobRow.id)
+                        .where(JobRow.status == JobStatus.queued.value)
+                        .order_by(JobRow.priority.desc(), JobRow.created_at)
+                        .limit(1)
+                        .with_for_update(skip_locked=True)
+                    )
+                else:
+                    choice = choose(top_priority_groups(s))
+                    if choice is None:
+                        return None
+                    candidate = oldest_in_group(s, choice)
+                    if candidate is None:  # another worker took that group's last job meanwhile
+                        continue
                 if candidate is None:
                     return None
                 if self._take(s, candidate, JobStatus.queued.value, worker, gpu):

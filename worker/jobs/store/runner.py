@@ -69,17 +69,24 @@ def build_request(job: Job, problem: Problem, identity: WorkerIdentity) -> EvalR
 
 @dataclass(frozen=True)
 class EngineCalls:
-    """The two engine stages the pipeline calls (tests pass fakes with the same signatures)."""
+    """The engine calls the pipeline makes (tests pass fakes with the same signatures)."""
 
     prepare: Callable[..., Any]  # (request, *, settings, on_stage) -> PreparedJob | EvalResult
     execute: Callable[..., Any]  # (prepared, *, settings, on_stage) -> EvalResult
+    # (request, settings) -> bool: start the request's judge ahead, while its candidate is prepared.
+    warm: Callable[..., Any] | None = None
+    # (settings) -> set of problem ids (reference sha256) whose judge is warm on that device.
+    warm_problems: Callable[..., Any] | None = None
 
 
 def real_engine() -> EngineCalls:
     # Imported here so that the API and the Celery parent never load the engine's dependencies.
     from worker import engine
+    from worker.engine.judge_start import warm_reference
+    from worker.engine.reference_cache import cache_for
 
-    return EngineCalls(prepare=engine.prepare, execute=engine.execute)
+    return EngineCalls(prepare=engine.prepare, execute=engine.execute, warm=warm_reference,
+                       warm_problems=lambda settings: cache_for(settings).problems())
 
 
 def engine_settings_for(identity: WorkerIdentity, schedule: GpuSchedule | None = None):
@@ -115,9 +122,10 @@ def prepare_claimed(store: JobStore, job: Job, identity: WorkerIdentity, setting
                     engine: EngineCalls) -> ReadyJob | Job | None:
     """Prepare a job this worker claimed (status `building`), on a CPU thread.
 
-    Returns a ReadyJob for the device stage, or the job's final record when it ended here (an
-    invalid source, a build error, a missing problem, an engine crash), or None when this
-    attempt no longer owns the job.
+    Its problem's judge is started ahead first (engine.warm, in the background), so that it is ready
+    when the job reaches the device. Returns a ReadyJob for the device stage, or the job's final
+    record when it ended here (an invalid source, a build error, a missing problem, an engine crash),
+    or None when this attempt no longer owns the job.
     """
     attempt = job.attempts
     problem = store.get_problem(job.problem_id, job.api_key_id)  # with the profile of the job's own key
@@ -127,6 +135,11 @@ def prepare_claimed(store: JobStore, job: Job, identity: WorkerIdentity, setting
         request = build_request(job, problem, identity)
     except (ValidationError, KeyError) as exc:
         return _failed(store, job, f"stored submission is not a valid evaluation request: {exc}")
+    if engine.warm is not None:
+        try:
+            engine.warm(request, settings)
+        except Exception:  # a warm-up is an optimisation: the job's own reference stage starts the judge
+            log.exception("starting the judge of job %s ahead failed", job.id)
     try:
         prepared = engine.prepare(request, settings=settings, on_stage=None)
     except Exception as exc:  # the engine must return a verdict; anything else is a service failure

@@ -101,3 +101,22 @@ def add_missing_columns(engine: Engine) -> None:
                 kind = column.type.compile(dialect=engine.dialect)
                 with engine.begin() as conn:
                     conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+
+
+class BaselineRow(Base):
+    """A per-problem timing baseline (worker/engine/baselines.py), measured once, shared by every worker.
+
+    One row per (key digest, kind). The key's parts are kept beside the digest so that a row says what
+    it is about; the record itself is JSON (medians, run counts, when, on what)."""
+
+    __tablename__ = "baselines"
+
+    key_digest: Mapped[str] = mapped_column(String(40), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    reference_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    device: Mapped[str] = mapped_column(String(16), nullable=False)
+    device_model: Mapped[str] = mapped_column(String(200), nullable=False)
+    torch: Mapped[str | None] = mapped_column(String(64))
+    triton: Mapped[str | None] = mapped_column(String(64))
+    record: Mapped[str] = mapped_column(Text, nullable=False)
+    measured_at: Mapped[float] = mapped_column(Float, nullable=False)

@@ -1,0 +1,47 @@
+"""Timing isolation: which cores a lane reserves, and moving a running process tree onto them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from worker.engine.cpu_plan import parse_cpu_list, pin_process_tree, plan_cpus
+
+SIXTEEN = tuple(range(16))
+
+
+def test_auto_reserves_two_cores_per_lane_at_the_top_and_leaves_the_rest_to_builds():
+    plan = plan_cpus("auto", lane=0, lanes=1, available=SIXTEEN)
+    assert plan.lane_cpus == (14, 15) and plan.build_cpus == tuple(range(14))
+    second = plan_cpus("auto", lane=1, lanes=2, available=SIXTEEN)
+    first = plan_cpus("auto", lane=0, lanes=2, available=SIXTEEN)
+    assert first.lane_cpus == (12, 13) and second.lane_cpus == (14, 15)
+    assert first.build_cpus == second.build_cpus == tuple(range(12))
+
+
+def test_small_hosts_reserve_nothing_and_off_means_off():
+    assert not plan_cpus("auto", lane=0, lanes=1, available=(0, 1)).reserved
+    assert not plan_cpus("off", lane=0, lanes=1, available=SIXTEEN).reserved
+
+
+def test_an_explicit_plan_gives_each_lane_its_cores():
+    assert parse_cpu_list("0-2,8, 10-11") == (0, 1, 2, 8, 10, 11)
+    plan = plan_cpus("0-1;2-3", lane=1, lanes=2, available=SIXTEEN)
+    assert plan.lane_cpus == (2, 3) and plan.build_cpus == tuple(range(4, 16))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to move a process between")
+def test_a_running_process_tree_moves_to_the_lanes_cores():
+    cores = sorted(os.sched_getaffinity(0))
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                              "subprocess.run([sys.executable, '-c', 'import sys; sys.stdin.read()'])"],
+                             stdin=subprocess.PIPE)
+    try:
+        assert pin_process_tree(child.pid, (cores[-1],))
+        assert os.sched_getaffinity(child.pid) == {cores[-1]}
+    finally:
+        child.stdin.close()
+        child.wait(30)

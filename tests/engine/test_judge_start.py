@@ -1,0 +1,27 @@
+"""A problem's judge started ahead of its job (while the candidate is prepared) serves that job warm."""
+
+from __future__ import annotations
+
+from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
+from worker.engine import evaluate
+from worker.engine.judge_start import key_of, warm_reference
+from worker.engine.reference_cache import cache_for
+from worker.models import EvalOptions, EvalRequest, EvalStatus
+
+
+def test_a_judge_started_ahead_serves_the_job_warm(settings):
+    request = EvalRequest(reference=SILU_REFERENCE, candidate=HONEST_SILU,
+                          options=EvalOptions(seed=5150, trials=2, timing=False))
+    assert warm_reference(request, settings)
+    assert not warm_reference(request, settings), "one start per problem"
+    cache = cache_for(settings)
+    key = key_of(request, settings)
+    started = cache.warming(key)
+    if started is not None:  # still starting: the job would wait for it, as this does
+        assert started.wait(120)
+    (entry,) = cache.entries_of(key)
+    assert entry.prestarted and entry.miss_cost_s > 0 and entry.held.host_bytes > 0
+    result = evaluate(request, settings=settings)
+    assert result.status == EvalStatus.ok, result.error
+    assert result.extra["reference_cache"] == "hit"
+    assert result.extra["reference_judge"].startswith("started ahead")

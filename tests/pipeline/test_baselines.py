@@ -1,0 +1,150 @@
+"""Persisted per-problem baselines in the job store: measured once, reused by a restarted worker, measured
+again when stale; a job waits for the compile baseline only when its reward uses it. The measurement
+itself is a stand-in here (tests/engine/test_compile_baseline.py runs the real one in a sandbox)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from worker.engine import baseline_worker, compile_baseline
+from worker.engine.baselines import (
+    COMPILE_BASELINE,
+    REFERENCE_TIMING,
+    BaselineKey,
+    CompileBaselineRecord,
+    ReferenceTimingRecord,
+)
+from worker.engine.settings import EngineSettings
+from worker.jobs.store import JobStore
+from worker.jobs.store.baselines import StoreBaselineBook
+from worker.models import EvalOptions
+
+REFERENCE = "class Model: pass\n"
+OPTIONS = EvalOptions(device="cuda")
+KEY = BaselineKey.of(REFERENCE, "cuda", "NVIDIA H100 80GB HBM3")
+
+
+class StandIn:
+    """Measures instantly (or when released), counting how often it was asked."""
+
+    def __init__(self, ratio: float = 2.0) -> None:
+        self.calls = 0
+        self.ratio = ratio
+        self.release = threading.Event()
+        self.release.set()
+
+    def __call__(self, task, settings):
+        assert self.release.wait(30)
+        self.calls += 1
+        now = time.time()
+        return task.key, [CompileBaselineRecord(True, now, None, 1.0 * self.ratio, 1.0, 50, 50, 12.5, 4, "test"),
+                          ReferenceTimingRecord(1.0 * self.ratio, 50, now, "test")]
+
+
+def worker_settings(db_url: str, measure: StandIn) -> EngineSettings:
+    """A worker process's settings over the job store at `db_url`, with a stand-in measurement."""
+    settings = EngineSettings()
+    settings.baselines = StoreBaselineBook(JobStore(db_url))
+    baseline_worker.register(settings, baseline_worker.BaselineWorker(settings, measure_task=measure))
+    return settings
+
+
+@pytest.fixture
+def db_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+def attach(settings: EngineSettings, *, wait: bool, on_release=lambda: None):
+    released = []
+
+    def release() -> None:
+        released.append(True)
+        on_release()
+
+    result = compile_baseline.attach(KEY, REFERENCE, OPTIONS, settings, wait=wait, release_device=release)
+    return result, bool(released)
+
+
+def test_the_persisted_baseline_is_reused_after_a_restart(db_url):
+    first_measure = StandIn()
+    first_measure.release.clear()
+    first = worker_settings(db_url, first_measure)
+    attached, released = attach(first, wait=True, on_release=first_measure.release.set)
+    assert attached.state == "waited" and attached.missing is None and released
+    assert first_measure.calls == 1
+    assert first.baseline_book().get(KEY, REFERENCE_TIMING).median_ms == 2.0
+
+    # A new worker process on the same store: nothing is measured again.
+    restarted_measure = StandIn()
+    restarted = worker_settings(db_url, restarted_measure)
+    again, released = attach(restarted, wait=True)
+    assert again.state == "attached" and not released
+    assert again.record.ratio == 2.0 and again.record.measured_at == attached.record.measured_at
+    assert restarted_measure.calls == 0
+
+
+def test_a_stale_baseline_is_still_attached_and_measured_again_in_the_background(db_url):
+    measure = StandIn(ratio=3.0)
+    measure.release.clear()  # measured again only after this job attached what there was
+    settings = worker_settings(db_url, measure)
+    old = CompileBaselineRecord(True, time.time() - 2 * settings.baseline_retime_s, None, 2.0, 1.0, 50, 50, 10.0, 4)
+    settings.baseline_book().put(KEY, old)
+    attached, released = attach(settings, wait=True)
+    assert attached.state == "attached" and attached.record.ratio == 2.0 and not released, "stale is used, not awaited"
+    worker = baseline_worker.worker_for(settings)
+    assert worker.pending(KEY)
+    measure.release.set()
+    fresh = worker.wait(KEY, 30)
+    assert measure.calls == 1 and fresh.ratio == 3.0 and fresh.age_s() < 60
+
+
+def test_only_a_job_whose_reward_uses_the_compile_baseline_waits_for_it(db_url):
+    measure = StandIn()
+    measure.release.clear()  # the background measurement takes its time
+    settings = worker_settings(db_url, measure)
+    pending, released = attach(settings, wait=False)
+    assert pending.state == "pending" and pending.record is None and not released
+    assert pending.missing.startswith("pending")
+
+    assert baseline_worker.worker_for(settings).pending(KEY)
+    results = [attach(settings, wait=True, on_release=measure.release.set)]  # released as the job starts waiting
+    (waited, released), = results
+    assert waited.state == "waited" and waited.missing is None and released, "waits holding no device"
+    assert measure.calls == 1, "one measurement for both jobs"
+    assert settings.baseline_book().get(KEY, COMPILE_BASELINE).available
+
+
+def test_a_baseline_no_job_waits_for_is_measured_once_the_lane_is_quiet(db_url):
+    from worker.engine.gpu_schedule import GpuSchedule
+
+    measured: list[BaselineKey] = []
+    done = {name: threading.Event() for name in ("deferred", "urgent")}
+    keys = {name: BaselineKey.of(f"# {name}\n{REFERENCE}", "cuda", "GPU") for name in done}
+
+    def measure(task, settings):
+        measured.append(task.key)
+        done[next(name for name, key in keys.items() if key == task.key)].set()
+        now = time.time()
+        return task.key, [CompileBaselineRecord(True, now, None, 2.0, 1.0, 50, 50, 12.5, 4, "test")]
+
+    settings = EngineSettings()
+    settings.baselines = StoreBaselineBook(JobStore(db_url))
+    settings.gpu_schedule = GpuSchedule("gpu0", sharers=2)
+    settings.gpu_schedule.note_lane_jobs(5)  # a batch is running
+    worker = baseline_worker.BaselineWorker(settings, measure_task=measure)
+    baseline_worker.register(settings, worker)
+
+    def ask(name: str, *, wait: bool):
+        return compile_baseline.attach(keys[name], f"# {name}\n{REFERENCE}", OPTIONS, settings, wait=wait,
+                                       release_device=lambda: None)
+
+    assert ask("deferred", wait=False).state == "pending"
+    waited = ask("urgent", wait=True)  # asked later, but a job waits for it: measured first, lane busy or not
+    assert waited.state == "waited" and measured == [keys["urgent"]]
+    assert worker.pending(keys["deferred"]) and not done["deferred"].is_set()
+    settings.gpu_schedule.note_lane_jobs(0)  # the batch is over
+    assert done["deferred"].wait(30)
+    assert measured == [keys["urgent"], keys["deferred"]]

@@ -1,0 +1,35 @@
+"""One lane per GPU, embedded and in Celery workers: each knows its place on the host (its reserved cores)
+and gets the service's baseline book and a warm runner pool sized to it."""
+
+from __future__ import annotations
+
+from worker.jobs.celery_cli import plan_workers
+from worker.jobs.pipeline import JobPipeline, PipelineConfig
+from worker.jobs.store import JobStore
+from worker.jobs.store.baselines import StoreBaselineBook
+from worker.jobs.store.runner import EngineCalls, WorkerIdentity
+
+
+def test_embedded_lanes_one_per_gpu_know_their_place(tmp_path):
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    identities = [WorkerIdentity(f"embedded@test:gpu{g}", "cuda", str(g)) for g in range(2)]
+    config = PipelineConfig(device_concurrency=2, prepare_ahead=4, prepare_threads=2)
+    pipeline = JobPipeline(store, identities, config, engine=EngineCalls(prepare=None, execute=None))
+    try:
+        lanes = pipeline.lanes
+        assert [lane.settings.gpu_index for lane in lanes] == [0, 1]
+        assert [lane.settings.lane_index for lane in lanes] == [0, 1]
+        assert {lane.settings.lanes_on_host for lane in lanes} == {2}
+        assert all(isinstance(lane.settings.baselines, StoreBaselineBook) for lane in lanes)
+        assert {lane.settings.pool_size() for lane in lanes} == {config.device_concurrency + 2}
+        assert lanes[0].schedule is not lanes[1].schedule
+    finally:
+        pipeline.stop(timeout_s=1)
+        store.close()
+
+
+def test_celery_workers_one_per_gpu_know_their_place():
+    plan = plan_workers("cuda", "0,1,3")
+    assert [env["CUDA_VISIBLE_DEVICES"] for _, env in plan] == ["0", "1", "3"]
+    assert [env["KERNELJUDGE_LANE_INDEX"] for _, env in plan] == ["0", "1", "2"]
+    assert {env["KERNELJUDGE_LANES_ON_HOST"] for _, env in plan} == {"3"}

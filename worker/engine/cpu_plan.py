@@ -1,0 +1,109 @@
+"""Which CPU cores each kind of process may use: timing isolation from builds.
+
+A device lane's judges and candidate runners keep a few reserved cores (`lane_cpus`); builds,
+sandbox start-ups and background baselines run on the other cores (`build_cpus`), builds at a
+lower priority (nice). A launch-bound problem then times the same during a batch of builds as on
+a quiet host: nothing else is scheduled on its cores, and whatever shares the rest yields to it.
+
+Processes start with their affinity and nice value set before exec (sandbox/process.py applies a
+SandboxSpec's `cpus` and `nice`); a runner started warm on the build cores moves to its lane's
+cores when a job takes it (`pin_process_tree`). The reservation is per lane (one per GPU):
+`KERNELJUDGE_RESERVED_CPUS` gives it explicitly (`0-1;2-3`: lane 0 gets 0-1, lane 1 gets 2-3),
+`auto` reserves `KERNELJUDGE_LANE_CPUS` (2) cores per lane when the host has at least four times
+as many cores as all lanes reserve together, and `off` reserves nothing (the 2-core dev machine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from .process_tree import descendants
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+OFF = "off"
+DEFAULT_LANE_CPUS = 2
+# Reserve cores only where this leaves most of the host to builds.
+MIN_HOST_SHARE = 4
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """'0-3,8,10-11' -> (0, 1, 2, 3, 8, 10, 11)."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            low, high = part.split("-", 1)
+            cpus.update(range(int(low), int(high) + 1))
+        else:
+            cpus.add(int(part))
+    return tuple(sorted(cpus))
+
+
+def available_cpus() -> tuple[int, ...]:
+    try:
+        return tuple(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return tuple(range(os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    lane_cpus: tuple[int, ...] = ()  # this lane's judges and candidate runners; () = no reservation
+    build_cpus: tuple[int, ...] = ()  # everything else of this worker; () = any core
+
+    @property
+    def reserved(self) -> bool:
+        return bool(self.lane_cpus)
+
+
+def plan_cpus(setting: str, *, lane: int, lanes: int, per_lane: int = DEFAULT_LANE_CPUS,
+              available: tuple[int, ...] | None = None) -> CpuPlan:
+    """The plan of lane number `lane` of `lanes` on this host (see the module docstring)."""
+    cores = available if available is not None else available_cpus()
+    setting = (setting or AUTO).strip().lower()
+    if setting == OFF or per_lane <= 0:
+        return CpuPlan()
+    if setting == AUTO:
+        if len(cores) < MIN_HOST_SHARE * per_lane * max(lanes, 1):
+            return CpuPlan()
+        # Lanes take the highest cores (the low ones are where the OS and interrupts usually land).
+        reserved_all = cores[len(cores) - per_lane * max(lanes, 1):]
+        mine = reserved_all[lane * per_lane:(lane + 1) * per_lane] if lane < max(lanes, 1) else ()
+    else:
+        per_lane_lists = [parse_cpu_list(chunk) for chunk in setting.split(";")]
+        reserved_all = tuple(sorted({cpu for chunk in per_lane_lists for cpu in chunk}))
+        mine = per_lane_lists[lane] if lane < len(per_lane_lists) else ()
+        mine = tuple(cpu for cpu in mine if cpu in cores)
+    rest = tuple(cpu for cpu in cores if cpu not in reserved_all)
+    if not mine or not rest:
+        return CpuPlan()
+    return CpuPlan(lane_cpus=tuple(mine), build_cpus=rest)
+
+
+def pin_process_tree(root: int | None, cpus: tuple[int, ...]) -> bool:
+    """Move every thread of `root` and its descendants to `cpus` (threads they start later inherit it).
+
+    Best effort: a process that exits meanwhile is skipped; False when nothing could be moved."""
+    if root is None or not cpus:
+        return False
+    moved = False
+    for pid in descendants(root):
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+                moved = True
+            except OSError:
+                continue
+    if not moved:
+        log.warning("could not move process %s to cores %s", root, cpus)
+    return moved

@@ -1,0 +1,90 @@
+"""Which queued job a device lane claims next: grouped by problem, fair to other problems and keys.
+
+A problem's judge (its reference outputs and timing) is the expensive thing to set up on a device,
+so a lane serves a problem's jobs together while its judge is loaded, instead of interleaving
+problems in submission order (8 interleaved problems cycled a 4-judge cache into a miss per job).
+The rules, among the queued jobs of the highest priority (a lower priority never goes first):
+
+1. **Keep serving an open problem.** A problem this lane opened keeps its turn while it has queued
+   jobs: it is claimed again while it has fewer than `per_problem` jobs in flight on the lane and its
+   streak (its claims in this turn) is under `burst`; among several, the one with fewest in flight
+   (so that the device's concurrent slots serve different problems, each with its judge), then the
+   oldest.
+2. **Otherwise open a problem, fairly.** The key served least recently by this lane goes first
+   (a key with one job is not starved by a key with thousands); among that key's problems, one
+   whose judge is already warm on this lane, else the one with the oldest job; a problem whose
+   streak ran out is not opened while another can be. Opening a problem gives every problem whose
+   streak ran out a new turn.
+3. **Within a problem,** the key served least recently, then its oldest job.
+
+When only one problem waits, it is claimed whatever its streak or in-flight count: the limits only
+decide between problems that compete. Fairness bound: a job of another problem waits at most
+`burst` claims of this lane (plus the jobs already in flight) behind a problem with many jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from worker.jobs.store.queue import ClaimChoice, QueueGroup
+
+DEFAULT_BURST = 16
+
+
+@dataclass
+class ClaimPolicy:
+    """One lane's claim order (its state: streaks per problem, when each key was last served)."""
+
+    per_problem: int = 4  # jobs of one problem in flight on the lane while others wait
+    burst: int = DEFAULT_BURST  # claims in a row of one problem while others wait
+    _streak: dict[str, int] = field(default_factory=dict)
+    _key_served: dict[str, int] = field(default_factory=dict)
+    _claims: int = 0
+
+    def choose(self, groups: list[QueueGroup], in_flight: Mapping[str, int],
+               warm: Collection[str] = ()) -> ClaimChoice | None:
+        if not groups:
+            return None
+        top = max(g.priority for g in groups)
+        groups = [g for g in groups if g.priority == top]
+        oldest: dict[str, float] = {}
+        for g in groups:
+            oldest[g.problem_id] = min(oldest.get(g.problem_id, g.oldest), g.oldest)
+        for problem in [p for p in self._streak if p not in oldest]:
+            del self._streak[problem]  # no job of it waits: its turn is over
+        if len(oldest) == 1:
+            problem = next(iter(oldest))
+        else:
+            problem = self._continued(oldest, in_flight) or self._opened(groups, oldest, in_flight, warm)
+        return ClaimChoice(top, self._key_within(problem, groups), problem)
+
+    def claimed(self, choice: ClaimChoice) -> None:
+        """Record a claim made with `choice`."""
+        self._streak[choice.problem_id] = self._streak.get(choice.problem_id, 0) + 1
+        self._claims += 1
+        self._key_served[choice.api_key_id] = self._claims
+
+    def _continued(self, oldest: dict[str, float], in_flight: Mapping[str, int]) -> str | None:
+        open_ = [p for p in oldest if 0 < self._streak.get(p, 0) < self.burst and in_flight.get(p, 0) < self.per_problem]
+        return min(open_, key=lambda p: (in_flight.get(p, 0), oldest[p])) if open_ else None
+
+    def _opened(self, groups: list[QueueGroup], oldest: dict[str, float], in_flight: Mapping[str, int],
+                warm: Collection[str]) -> str:
+        def turn_left(problem: str) -> bool:
+            return in_flight.get(problem, 0) < self.per_problem and self._streak.get(problem, 0) < self.burst
+
+        eligible = [g for g in groups if turn_left(g.problem_id)] or groups
+        key = min({g.api_key_id for g in eligible},
+                  key=lambda k: (self._key_served.get(k, 0), min(g.oldest for g in eligible if g.api_key_id == k)))
+        problems = {g.problem_id for g in eligible if g.api_key_id == key}
+        problem = min(problems, key=lambda p: (p not in warm, oldest[p]))
+        # Every problem whose streak ran out gets a new turn once another problem has been opened.
+        for other, streak in list(self._streak.items()):
+            if other != problem and streak >= self.burst:
+                del self._streak[other]
+        return problem
+
+    def _key_within(self, problem: str, groups: list[QueueGroup]) -> str:
+        mine = [g for g in groups if g.problem_id == problem]
+        return min(mine, key=lambda g: (self._key_served.get(g.api_key_id, 0), g.oldest)).api_key_id
