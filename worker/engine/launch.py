@@ -19,7 +19,7 @@ from .sandbox import (
     Scratch,
 )
 from .sandbox.bwrap import gpu_device_nodes
-from .sandbox.process import PAYLOAD_KEY, RECEIVED_AT_KEY, MarkedLog
+from .sandbox.process import PAYLOAD_KEY, MarkedLog
 from .sandbox_runtime.harness_output import USER_OUTPUT_MARK
 from .settings import EngineSettings
 
@@ -181,7 +181,7 @@ class RunnerSession:
         is written to when the reply's last byte was read."""
         sent = time.monotonic()
         reply = self.request(op, deadline, expect, **fields)
-        return reply, float(reply.get(RECEIVED_AT_KEY, time.monotonic())) - sent
+        return reply, self.process.received_at - sent
 
     def _expect(self, events: tuple[str, ...], deadline: float) -> dict:
         try:

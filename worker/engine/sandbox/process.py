@@ -23,9 +23,6 @@ from .spec import ResourceLimits, SandboxSpec
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-# Set on every message: the supervisor's clock when its last byte was read (time.monotonic()), taken on
-# the reader thread, so a timing request's wall time does not include the hand-over to the waiting thread.
-RECEIVED_AT_KEY = "_received_at"
 # Tensor bytes after a message line (see sandbox_runtime/wire); raised per process by its user
 # when larger payloads are expected (the judge's inputs, a candidate's outputs of known size).
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
@@ -160,7 +157,10 @@ class SandboxProcess:
         limit = spec.limits.log_bytes
         self.stdout = MarkedLog(limit, log_mark) if log_mark else CappedLog(limit)
         self.stderr = MarkedLog(limit, log_mark) if log_mark else CappedLog(limit)
-        self.messages: queue.Queue[dict | None] = queue.Queue()
+        # (message, when its last byte was read): the time is taken on the reader thread, so a timing
+        # request's wall time (launch.RunnerSession.timed_request) leaves out the hand-over to the caller.
+        self.messages: queue.Queue[tuple[dict, float] | None] = queue.Queue()
+        self.received_at = 0.0  # time.monotonic() of the message `receive` returned last
         self.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
         self._proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
@@ -237,7 +237,8 @@ class SandboxProcess:
                 if not line:
                     break
                 if len(line) > MAX_MESSAGE_BYTES:
-                    self.messages.put({"event": "error", "kind": "protocol", "message": "reply too large"})
+                    self.messages.put(({"event": "error", "kind": "protocol", "message": "reply too large"},
+                                       time.monotonic()))
                     break
                 try:
                     message = json.loads(line)
@@ -249,9 +250,10 @@ class SandboxProcess:
                 size = message.get("payload_bytes") or 0
                 if size:
                     if type(size) is not int or not 0 < size <= self.max_payload_bytes:
-                        self.messages.put({"event": "error", "kind": "protocol",
-                                           "message": f"reply announces {size!r} bytes of tensors, over the "
-                                                      f"{self.max_payload_bytes}-byte limit for this reply"})
+                        self.messages.put(({"event": "error", "kind": "protocol",
+                                            "message": f"reply announces {size!r} bytes of tensors, over the "
+                                                       f"{self.max_payload_bytes}-byte limit for this reply"},
+                                           time.monotonic()))
                         break
                     data = bytearray(size)
                     view, done = memoryview(data), 0
@@ -263,8 +265,7 @@ class SandboxProcess:
                     if done < size:
                         break
                     message[PAYLOAD_KEY] = data
-                message[RECEIVED_AT_KEY] = time.monotonic()
-                self.messages.put(message)
+                self.messages.put((message, time.monotonic()))
         self.messages.put(None)
 
     def kill(self) -> None:
@@ -317,11 +318,11 @@ class SandboxProcess:
     def receive(self, timeout_s: float) -> dict:
         """Next message; SandboxTimeout after `timeout_s` (child killed), SandboxExited on EOF."""
         try:
-            message = self.messages.get(timeout=max(timeout_s, 0.0))
+            item = self.messages.get(timeout=max(timeout_s, 0.0))
         except queue.Empty:
             self.kill()
             raise SandboxTimeout(f"{self.name} was still running after the {timeout_s:.1f}s left to it") from None
-        if message is None:
+        if item is None:
             assert self._proc is not None
             try:
                 code = self._proc.wait(timeout=10)
@@ -329,6 +330,7 @@ class SandboxProcess:
                 self.kill()
                 code = self._proc.returncode
             raise SandboxExited(code, self.stderr.text()[-4000:])
+        message, self.received_at = item
         return message
 
     @property
