@@ -3,7 +3,8 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: prebuild eval elementwise baselines redteam throughput tests (default: eval redteam tests).
+# STEPS: prebuild eval elementwise baselines redteam throughput tests security repeat fidelity
+# (default: eval redteam tests).
 # baselines: eager and torch.compile baselines of the whole problem library (benchmarks/baselines.py).
 # KJ_PROBLEMS="softmax reduction" limits the eval step to those problems; KJ_REPEATS, KJ_TRIALS and
 # KJ_TIMING_BUDGET set its repeats, trials and timing budget.
@@ -11,6 +12,12 @@
 # corpus KJ_CORPUS (default .carry/corpus), data dir KJ_TP_DATA (default data/throughput: an ignored path,
 # kept between calls while the machine stays warm, so rl-again finds rl's store), budget KJ_BUDGET (420 s),
 # KJ_COUNT for --count (distinct, triton-warm).
+# security: the GPU tests of timing integrity, containment, the start-up check and the candidate log, then the
+# red-team's clock-forgery and containment cases (c3_clock*, c4_*) on the GPU.
+# repeat: benchmarks/repeat.py (every honest library candidate KJ_REPEATS times through the service under a
+# CUDA build load of the corpus, and triton.testing.do_bench).
+# fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
+# stays warm, so a second call resumes), the table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long.
 set -uo pipefail
 wheels=$1
 out=$2
@@ -19,7 +26,7 @@ steps=${*:-eval redteam tests}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 python3 -m pip install --quiet --no-index --find-links "$wheels" pydantic httpx pytest fastapi uvicorn \
-    sqlalchemy prometheus-client 2>&1 | tail -3
+    sqlalchemy prometheus-client ninja libclang-ng 2>&1 | tail -3
 if ! command -v bwrap >/dev/null; then
     dpkg -x "$(ls "$wheels"/bubblewrap_*.deb | head -n1)" /opt/kj-bwrap
     export KERNELJUDGE_BWRAP=/opt/kj-bwrap/usr/bin/bwrap
@@ -56,5 +63,22 @@ for step in $steps; do
             | tee "$out/throughput_$workload.log" ;;
     tests)
         python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" ;;
+    security)
+        python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/test_timing_integrity.py \
+            tests/engine/test_sandbox_containment.py tests/engine/test_startup_check.py tests/engine/test_candidate_log.py \
+            2>&1 | tee "$out/pytest_security_gpu.log"
+        for cases in 'c3_clock*' 'c4_*'; do
+            python3 -m benchmarks.redteam --device cuda --cases "$cases" \
+                --markdown "$out/redteam_security_gpu_${cases%%_*}_$stamp.md" 2>&1 | tee -a "$out/redteam_security.log"
+        done ;;
+    repeat)
+        python3 -m benchmarks.repeat --device cuda --repeats ${KJ_REPEATS:-5} --corpus "${KJ_CORPUS:-.carry/corpus}" \
+            --build-threads ${KJ_BUILD_THREADS:-12} --out "$out/repeat_$stamp.md" 2>&1 | tee "$out/repeat.log" ;;
+    fidelity)
+        mkdir -p data
+        python3 -m benchmarks.fidelity --corpus "${KJ_CORPUS:-.carry/corpus}" --phases build,eval,report \
+            --eval-budget-s ${KJ_EVAL_BUDGET:-0} --jsonl data/fidelity.jsonl --out "$out/fidelity_$stamp.md" 2>&1 \
+            | tee "$out/fidelity.log"
+        cp data/fidelity.jsonl "$out/" ;;
     esac
 done
