@@ -30,6 +30,7 @@ python3 -m pip install --quiet --no-index --find-links "$wheels" pydantic httpx 
 if ! command -v bwrap >/dev/null; then
     dpkg -x "$(ls "$wheels"/bubblewrap_*.deb | head -n1)" /opt/kj-bwrap
     export KERNELJUDGE_BWRAP=/opt/kj-bwrap/usr/bin/bwrap
+    export PATH=/opt/kj-bwrap/usr/bin:$PATH  # the engine tests look for bwrap on PATH
 fi
 export PYTHONPATH=${KJ_EXTRA_PYTHONPATH:+$KJ_EXTRA_PYTHONPATH:}$PWD
 export KERNELJUDGE_DATA_DIR=${KERNELJUDGE_DATA_DIR:-/tmp/kj-data}

@@ -30,7 +30,7 @@ NOISE_SIGMAS = 4.0
 # what one request's round trip may vary by, per device (a loaded CPU host varies far more).
 RELATIVE_SLACK = 0.10
 FLOOR_MS = {"cuda": 0.002, "cpu": 0.02}
-REQUEST_JITTER_MS = {"cuda": 1.0, "cpu": 10.0}
+REQUEST_JITTER_MS = {"cuda": 0.25, "cpu": 10.0}
 MAD_TO_SIGMA = 1.4826
 
 

@@ -44,13 +44,19 @@ def python_prefixes() -> list[str]:
     return sorted(p for p in {os.path.realpath(c) for c in candidates} | candidates if os.path.isdir(p))
 
 
+# The checkout this package runs from: an editable install adds it to the import path with a .pth
+# file, but the sandbox gets what it needs of the project through its own mounts (the runtime; the
+# comparison code for the judge) and must never see the rest of it (a ./data folder with the job store).
+PROJECT_ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
 def python_roots() -> list[str]:
     """Folders the sandbox mounts read-only for Python: the prefixes, and any folder of the isolated
-    import path outside them (one a .pth file adds)."""
+    import path outside them (one a .pth file adds), except the project's own checkout."""
     roots = python_prefixes()
     for entry in isolated_sys_path():
         for path in dict.fromkeys((entry, os.path.realpath(entry))):
-            if os.path.isdir(path) and not covered(path, roots):
+            if os.path.isdir(path) and not covered(path, roots) and not covered(PROJECT_ROOT, [path]):
                 roots.append(path)
     return roots
 
