@@ -8,12 +8,13 @@
 # baselines: eager and torch.compile baselines of the whole problem library (benchmarks/baselines.py).
 # KJ_PROBLEMS="softmax reduction" limits the eval step to those problems; KJ_REPEATS, KJ_TRIALS and
 # KJ_TIMING_BUDGET set its repeats, trials and timing budget.
-# throughput: benchmarks/throughput.py, workload KJ_WORKLOAD (rl, rl-again, distinct, triton-warm; default rl),
+# throughput: benchmarks/throughput.py, workloads KJ_WORKLOAD (rl, rl-again, distinct, triton-warm, space-separated;
+# default rl), extra flags KJ_TP_FLAGS (e.g. --no-serial),
 # corpus KJ_CORPUS (default .carry/corpus), data dir KJ_TP_DATA (default data/throughput: an ignored path,
 # kept between calls while the machine stays warm, so rl-again finds rl's store), budget KJ_BUDGET (420 s),
 # KJ_COUNT for --count (distinct, triton-warm).
 # security: the GPU tests of timing integrity, containment, the start-up check and the candidate log, then the
-# red-team's clock-forgery and containment cases (c3_clock*, c4_*) on the GPU.
+# red-team's clock-forgery and containment cases (KJ_SECURITY_CASES, default c3_clock* c4_*) on the GPU.
 # repeat: benchmarks/repeat.py (every honest library candidate KJ_REPEATS times through the service under a
 # CUDA build load of the corpus, and triton.testing.do_bench).
 # fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
@@ -55,23 +56,24 @@ for step in $steps; do
             --repeats 3 --timing-budget 0.5 --trials 3 --out "$out/gpu_eval_elementwise_$stamp.md" 2>&1 \
             | tee "$out/gpu_eval_elementwise.log" ;;
     throughput)
-        workload=${KJ_WORKLOAD:-rl}
-        # The fast CUDA build's parser and ninja (the service builds inside the measured wall time).
-        python3 -m pip install --quiet --no-index --find-links "$wheels" ninja libclang-ng 2>&1 | tail -1
-        python3 -m benchmarks.throughput --workload "$workload" --device cuda --corpus "${KJ_CORPUS:-.carry/corpus}" \
-            --data-dir "${KJ_TP_DATA:-data/throughput}" --budget-s "${KJ_BUDGET:-420}" ${KJ_COUNT:+--count $KJ_COUNT} \
-            --out "$out/throughput_${workload}_$stamp.md" --jsonl "$out/throughput_$workload.jsonl" 2>&1 \
-            | tee "$out/throughput_$workload.log" ;;
+        for workload in ${KJ_WORKLOAD:-rl}; do
+            python3 -m benchmarks.throughput --workload "$workload" --device cuda --corpus "${KJ_CORPUS:-.carry/corpus}" \
+                --data-dir "${KJ_TP_DATA:-data/throughput}" --budget-s "${KJ_BUDGET:-420}" ${KJ_COUNT:+--count $KJ_COUNT} \
+                ${KJ_TP_FLAGS:-} --out "$out/throughput_${workload}_$stamp.md" --jsonl "$out/throughput_$workload.jsonl" \
+                2>&1 | tee "$out/throughput_$workload.log"
+        done ;;
     tests)
         python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" ;;
     security)
         python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/test_timing_integrity.py \
             tests/engine/test_sandbox_containment.py tests/engine/test_startup_check.py tests/engine/test_candidate_log.py \
             2>&1 | tee "$out/pytest_security_gpu.log"
-        for cases in 'c3_clock*' 'c4_*'; do
+        set -f  # the case globs are the red-team's, not the shell's
+        for cases in ${KJ_SECURITY_CASES:-'c3_clock*' 'c4_*'}; do
             python3 -m benchmarks.redteam --device cuda --cases "$cases" \
                 --markdown "$out/redteam_security_gpu_${cases%%_*}_$stamp.md" 2>&1 | tee -a "$out/redteam_security.log"
-        done ;;
+        done
+        set +f ;;
     repeat)
         python3 -m benchmarks.repeat --device cuda --repeats ${KJ_REPEATS:-5} --corpus "${KJ_CORPUS:-.carry/corpus}" \
             --build-threads ${KJ_BUILD_THREADS:-12} --out "$out/repeat_$stamp.md" 2>&1 | tee "$out/repeat.log" ;;
