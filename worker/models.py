@@ -281,6 +281,11 @@ class CoverageReport(BaseModel):
                                           description="Kernels on a stream other than the timed one.")
     escaped_kernels: list[str] = Field(default_factory=list,
                                        description="Off-stream kernels still running when forward returned.")
+    unordered_kernels: list[str] = Field(default_factory=list, description=(
+        "Off-stream kernels that started before the work queued on the timed stream ahead of forward had "
+        "finished: they did not wait for the current stream."))
+    current_stream_switched: bool = Field(default=False, description=(
+        "forward returned with another stream made current than the one it was called on."))
     method: str = Field(description="cupti_kernel_trace (GPU) or interpreter_and_aten_trace (CPU).")
 
 

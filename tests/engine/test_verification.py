@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker.engine.attribution import Attribution
-from worker.engine.verification import Observations, runtime_rules
+from worker.engine.verification import STREAM_RULE, Observations, runtime_rules
 from worker.models import CoverageReport, InputCheckReport, KernelSummary, PolicyConfig, PrecisionReport
 
 OWN = KernelSummary(name="my_kernel", launches=1, ms=1.0, share=0.5)
@@ -31,9 +31,19 @@ def test_reported_time_far_below_the_kernels_gpu_time_is_flagged_beyond_noise():
     assert "R04" not in _rules(attribution=_attribution(busy_ms=1.0), candidate_device_median_ms=0.9)
 
 
-def test_kernels_still_running_after_forward_are_flagged():
-    assert "R03" in _rules(attribution=_attribution(escaped=("side_kernel",)))
+def test_work_escaping_the_timed_stream_is_rejected_with_the_kernels_named():
     assert "R03" not in _rules(attribution=_attribution())
+    escaped = _attribution(escaped=("side_kernel",))
+    unordered = _attribution()
+    unordered.report.unordered_kernels = ["early_kernel"]
+    switched = _attribution()
+    switched.report.current_stream_switched = True
+    for attribution, evidence in ((escaped, "still running after forward returned: side_kernel"),
+                                  (unordered, "no wait on it): early_kernel"),
+                                  (switched, "another stream made current")):
+        hits = runtime_rules(Observations(device="cuda", attribution=attribution), PolicyConfig())
+        hit = next(h for h in hits if h.rule == STREAM_RULE)
+        assert hit.severity == "reject" and evidence in hit.evidence
 
 
 def test_no_own_kernel_is_rejected_in_both_profiles_and_library_compute_only_under_full():

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time torch.compile of the reference (default: on for cuda, off for cpu)")
     parser.add_argument("--disable-rule", action="append", default=[], metavar="RULE",
                         help="switch a policy or runtime rule off for this run (full id or short number, "
-                             "e.g. KJ301 or KJ-R09); repeatable")
+                             "e.g. KJ302 or KJ-R09); repeatable")
     parser.add_argument("--profile", choices=["partial", "full"],
                         help="policy profile: partial (default) or full (every compute kernel must be the candidate's)")
     parser.add_argument("--json", action="store_true", help="print the JSON result")

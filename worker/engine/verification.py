@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..models import InputCheckReport, PolicyConfig, PrecisionReport, RuleHit
+from ..models import CoverageReport, InputCheckReport, PolicyConfig, PrecisionReport, RuleHit
 from .attribution import Attribution
 from .policy.registry import is_disabled
 
 SHAPE_RULE = "KJ-R09-shape-specialised"
+STREAM_RULE = "KJ-R03-work-outside-timed-stream"
 
 # A reported time below this share of an independent measurement, by more than the noise
 # measured in the same job (and at least the minimum gap), is flagged (KJ-R04).
@@ -94,12 +95,15 @@ def _stream_and_clock_rules(obs: Observations) -> list[RuleHit]:
         return []
     hits = []
     attribution = obs.attribution
-    if attribution and attribution.report.escaped_kernels:
+    escapes = _stream_escapes(attribution.report) if attribution else []
+    if escapes:
         hits.append(RuleHit(
-            rule="KJ-R03-work-outside-timed-stream", severity="flag",
-            message="kernels on another stream were still running when forward returned: that work "
-                    "escapes the timer (join side streams back with current_stream().wait_stream)",
-            evidence=f"still running after forward: {_names(attribution.report.escaped_kernels)}",
+            rule=STREAM_RULE, severity="reject",
+            message="work on another stream was not ordered inside forward: it escapes the timer. Make side "
+                    "streams wait for the current stream before they start (side.wait_stream(current)) and "
+                    "join them back before forward returns (current.wait_stream(side)); leave the current "
+                    "stream as forward found it",
+            evidence="; ".join(escapes),
         ))
     # The reported (event-timed) median against the GPU time the profiler saw the forward's kernels
     # take: both are device clocks, so CPU load and other jobs on the host do not move the check.
@@ -114,6 +118,19 @@ def _stream_and_clock_rules(obs: Observations) -> list[RuleHit]:
                 evidence=f"reported median {dev:.4f} ms, kernels busy {gpu:.4f} ms in a traced call",
             ))
     return hits
+
+
+def _stream_escapes(report: CoverageReport) -> list[str]:
+    """What the kernel trace shows escaping the timed stream (see worker/engine/attribution.py)."""
+    found = []
+    if report.escaped_kernels:
+        found.append(f"still running after forward returned: {_names(report.escaped_kernels)}")
+    if report.unordered_kernels:
+        found.append(f"started before the current stream's earlier work finished (no wait on it): "
+                     f"{_names(report.unordered_kernels)}")
+    if report.current_stream_switched:
+        found.append("forward returned with another stream made current")
+    return found
 
 
 def _attribution_rules(obs: Observations) -> list[RuleHit]:
