@@ -178,6 +178,28 @@ class PrecisionReport(BaseModel):
     message: str | None = None
 
 
+class ProbeTrialReport(BaseModel):
+    """One probe trial: a fresh input set of the problem's own, changed to expose reduced precision or
+    skipped elements (worker/engine/sandbox_runtime/probe_inputs.py), judged against its float64 truth
+    with the reference's own error on the same inputs as the yardstick (worker/engine/probes.py)."""
+
+    kind: Literal["scaled", "offset", "spikes"]
+    inputs: str = Field(description="What was done to the inputs (never where the spikes are).")
+    ran: bool = Field(description="False: the probe was left out (the message says why).")
+    outcome: Literal["ok", "flag", "fail"] | None = Field(default=None, description=(
+        "fail: far beyond the tolerance on the spikes probe (elements skipped), the trial fails correctness; "
+        "flag: far beyond the reference's own error (KJ-R12, lower precision); ok: neither."))
+    reference_error: float | None = Field(default=None, description="RMS error of the reference vs float64.")
+    candidate_error: float | None = Field(default=None, description="RMS error of the candidate vs float64.")
+    ratio: float | None = Field(default=None, description="candidate error / max(reference error, one ulp).")
+    ulps: float | None = Field(default=None, description="candidate error in ulps of the output's RMS.")
+    relative_error: float | None = Field(default=None, description="candidate error / the output's RMS.")
+    non_finite: int = Field(default=0, description=(
+        "Candidate values NaN or Inf where the truth is finite: left out of the errors, not held against it."))
+    index_mismatches: int = Field(default=0, description="Integer output values that differ (spikes probe).")
+    message: str | None = None
+
+
 class InputCheckReport(BaseModel):
     """What the candidate did to its inputs: compared with copies it never held."""
 
@@ -199,6 +221,9 @@ class CorrectnessReport(BaseModel):
     precision: PrecisionReport | None = None
     inputs: InputCheckReport | None = None
     shape_trial: ShapeTrialReport | None = None
+    probes: list[ProbeTrialReport] = Field(default_factory=list, description=(
+        "Probe trials (scaled, offset, spikes inputs) judged against float64; empty when switched off (KJ-R15) "
+        "or when the problem's own trials failed."))
 
 
 class TimingStats(BaseModel):

@@ -14,6 +14,7 @@ from worker.engine.judge import JudgeSession
 from worker.engine.reference_cache import new_seeds
 from worker.engine.sandbox.process import PAYLOAD_KEY
 from worker.engine.sandbox_runtime import wire
+from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS
 from worker.models import EvalOptions
 
 
@@ -44,11 +45,13 @@ def _as_reply(value: object) -> dict:
             PAYLOAD_KEY: stream.getvalue()}
 
 
-def _run_reply(trials: list[list], transform) -> dict:
+def _run_reply(trials: list[list], transform, probe_transform=None) -> dict:
+    """SiLU of every trial, `transform`ed; the probe trials (after the problem's two) by `probe_transform`."""
     entries = []
-    for args in trials:
+    for index, args in enumerate(trials):
         x = args[0]
-        entries.append({"kind": "tensor", "tensors": [transform(x * torch.sigmoid(x))], "aliases": [],
+        change = transform if index < 2 or probe_transform is None else probe_transform
+        entries.append({"kind": "tensor", "tensors": [change(x * torch.sigmoid(x))], "aliases": [],
                         "inputs_after": [x.clone()]})
     return _as_reply({"trials": entries, "shape_trials": []})
 
@@ -56,7 +59,33 @@ def _run_reply(trials: list[list], transform) -> dict:
 def test_the_inputs_the_judge_sends_hold_no_reference_output(judge):
     inputs = _decoded(judge.inputs(time.monotonic() + 60))
     assert set(inputs) == {"init_inputs", "trials", "pool", "shape_trials"}
-    assert len(inputs["trials"]) == 2 and inputs["trials"][0][0].shape == (1000,)
+    # The problem's two trials, then the probe trials, indistinguishable in the protocol.
+    assert len(inputs["trials"]) == 2 + len(PROBE_KINDS) and inputs["trials"][0][0].shape == (1000,)
+
+
+def _probe(report, kind: str):
+    return next(p for p in report.probes if p.kind == kind)
+
+
+def test_probe_trials_flag_half_precision_and_fail_a_skipped_element(judge):
+    trials = _decoded(judge.inputs(time.monotonic() + 60))["trials"]
+    honest = judge.compare(_run_reply(trials, lambda y: y), time.monotonic() + 60).report
+    assert honest.passed and [p.outcome for p in honest.probes] == ["ok"] * len(PROBE_KINDS), honest.probes
+
+    half = judge.compare(_run_reply(trials, lambda y: y, lambda y: y.half().float()), time.monotonic() + 60).report
+    scaled = _probe(half, "scaled")
+    assert half.passed and scaled.outcome == "flag" and scaled.ratio > 1000, half.probes
+    assert "lower precision" in scaled.message and "subnormal" in scaled.message
+
+    def skip_last(y):
+        y = y.clone()
+        y[-1] = 0.0
+        return y
+
+    skipped = judge.compare(_run_reply(trials, lambda y: y, skip_last), time.monotonic() + 60).report
+    spikes = _probe(skipped, "spikes")
+    assert not skipped.passed and spikes.outcome == "fail", skipped.probes
+    assert "skips input elements" in spikes.message and spikes.relative_error > 1e-3
 
 
 def test_honest_outputs_pass_and_wrong_ones_fail_with_the_reason(judge):

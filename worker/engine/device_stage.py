@@ -277,6 +277,7 @@ class DeviceStage:
             device=self.options.device.value, attribution=self._attribution, profile=self.profile,
             own_kernels_required=self.options.backend != Backend.pytorch,
             precision=report.precision if report else None, inputs=report.inputs if report else None,
+            probes=report.probes if report else [],
             shape_trial_failure=self._shape_failure, peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
         )
 

@@ -73,6 +73,7 @@ class JudgeSession:
                               sandbox=options.sandbox)
         self.session = RunnerSession(config, settings, limits)
         self.session.process.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
+        self.probe_max_bytes = settings.probe_trial_max_bytes
         self.generated: GeneratedReference | None = None
 
     @property
@@ -84,7 +85,8 @@ class JudgeSession:
         self.session.process.start()
         self.session.wait_ready(deadline)
         self.session.load(self.reference, deadline)
-        reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes, atol=self.options.atol,
+        reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes,
+                                     probe_max_bytes=self.probe_max_bytes, atol=self.options.atol,
                                      rtol=self.options.rtol, **seeds)
         self.generated = GeneratedReference(
             environment=self.session.environment, shape_info=dict(reply.get("shape_trial") or {}),
@@ -109,11 +111,12 @@ class JudgeSession:
         against the reference's before it reads a byte of it)."""
         opts = self.options
         from .policy.registry import is_disabled
-        from .verification import SHAPE_RULE
+        from .verification import PROBE_RULE, SHAPE_RULE
 
+        disabled = opts.policy.disabled_rules
         reply = self.session.request("compare", deadline, forward=run_reply, atol=opts.atol, rtol=opts.rtol,
-                                     shape_check=not is_disabled(SHAPE_RULE, opts.policy.disabled_rules),
-                                     shape_rule=SHAPE_RULE)
+                                     shape_check=not is_disabled(SHAPE_RULE, disabled), shape_rule=SHAPE_RULE,
+                                     probe_check=not is_disabled(PROBE_RULE, disabled))
         if reply.get("invalid"):
             return Comparison(None, str(reply["invalid"])[:2000], [])
         return Comparison(CorrectnessReport.model_validate(reply["report"]), None,

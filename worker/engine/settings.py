@@ -38,6 +38,9 @@ class EngineSettings:
     timing_pool_size: int = 4
     # The doubled-batch trial (KJ-R09) is skipped when its inputs would exceed this.
     shape_trial_max_bytes: int = 4 * 1024**3
+    # The probe trials (scaled, offset, spikes inputs) are skipped when one input set exceeds this
+    # (the judge keeps three more input sets, outputs and float64 truths).
+    probe_trial_max_bytes: int = 1024**3
     # Candidate runners kept started and warm (torch and Triton imported), each used once; 0: none.
     warm_sandboxes: int = 1
     # Problems whose judge (inputs, reference outputs, reference timing) stays warm; 0: one per job.
@@ -80,6 +83,8 @@ class EngineSettings:
         settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", settings.timing_pool_size))
         settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES",
                                                             settings.shape_trial_max_bytes))
+        settings.probe_trial_max_bytes = int(os.environ.get("KERNELJUDGE_PROBE_TRIAL_MAX_BYTES",
+                                                            settings.probe_trial_max_bytes))
         settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS") or 0)
         settings.warm_sandboxes = int(os.environ.get("KERNELJUDGE_WARM_SANDBOXES", settings.warm_sandboxes))
         settings.reference_cache_entries = int(os.environ.get("KERNELJUDGE_REFERENCE_CACHE_ENTRIES",

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..models import CoverageReport, InputCheckReport, PolicyConfig, PrecisionReport, RuleHit
+from ..models import (
+    CoverageReport,
+    InputCheckReport,
+    PolicyConfig,
+    PrecisionReport,
+    ProbeTrialReport,
+    RuleHit,
+)
 from .attribution import Attribution
 from .policy.registry import is_disabled
 
 SHAPE_RULE = "KJ-R09-shape-specialised"
 STREAM_RULE = "KJ-R03-work-outside-timed-stream"
+# Switches the probe trials off for a job (their precision flags are KJ-R12 hits, their coverage
+# failures fail correctness; see worker/engine/probes.py).
+PROBE_RULE = "KJ-R15-probe-trials"
 
 # A reported time below this share of an independent measurement, by more than the noise
 # measured in the same job (and at least the minimum gap), is flagged (KJ-R04).
@@ -34,6 +44,7 @@ class Observations:
     own_kernels_required: bool = True
     profile: str = "partial"
     precision: PrecisionReport | None = None
+    probes: list[ProbeTrialReport] = field(default_factory=list)
     inputs: InputCheckReport | None = None
     min_bytes: int | None = None
     peak_bandwidth_gbps: float = 0.0
@@ -83,8 +94,9 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
     if obs.shape_trial_failure:
         hits.append(RuleHit(
             rule=SHAPE_RULE, severity="flag",
-            message="the candidate is correct on the problem's shapes but wrong on a doubled batch: it hard-codes "
-                    "the problem's shape (disable KJ-R09 to allow shape-specialised kernels)",
+            message="the candidate is correct on the problem's shapes but not on a doubled batch (a wrong output "
+                    "shape, a failure, or an error against float64 far beyond the reference's own at that shape): "
+                    "it is shape-specialised (disable KJ-R09 to allow shape-specialised kernels)",
             evidence=obs.shape_trial_failure,
         ))
     return [hit for hit in hits if not is_disabled(hit.rule, policy.disabled_rules)]
@@ -161,13 +173,18 @@ def _attribution_rules(obs: Observations) -> list[RuleHit]:
 
 def _numeric_rules(obs: Observations) -> list[RuleHit]:
     hits = []
+    evidence = []
     if obs.precision and obs.precision.checked and obs.precision.passed is False:
+        evidence.append(f"the problem's trials: RMS error vs float64: candidate {obs.precision.candidate_error:.3g}, "
+                        f"reference {obs.precision.reference_error:.3g} ({obs.precision.ratio:g}x)")
+    evidence += [f"probe '{p.kind}' ({p.inputs}): RMS error vs float64: candidate {p.candidate_error:.3g}, "
+                 f"reference {p.reference_error:.3g} ({p.ratio:g}x)" for p in obs.probes if p.outcome == "flag"]
+    if evidence:
         hits.append(RuleHit(
             rule="KJ-R12-precision-loss", severity="flag",
-            message="the candidate's error against a float64 run is far above the reference's own error: "
-                    "it computes in lower precision than the problem asks for",
-            evidence=f"RMS error vs float64: candidate {obs.precision.candidate_error:.3g}, reference "
-                     f"{obs.precision.reference_error:.3g} ({obs.precision.ratio:g}x)",
+            message="the candidate's error against a float64 run is far above the reference's own error on the "
+                    "same inputs: it computes in lower precision than the problem asks for",
+            evidence="; ".join(evidence),
         ))
     if obs.inputs and obs.inputs.mutated:
         hits.append(RuleHit(
