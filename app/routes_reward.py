@@ -5,8 +5,9 @@ sends prompt + response; the prompt prefix is stripped when `prompts` is given),
 reference source or a registered problem_id. All items are submitted, then the call waits for
 all of them, at most `timeout` seconds (capped by KERNELJUDGE_REWARD_WAIT_S).
 
-Fallback: an item that could not be submitted, failed, was cancelled or did not finish in time
-gets reward FALLBACK_REWARD (0.0), `extra_logs.fallback` = 1.0 and its reason in `reasons`.
+Fallback: an item that could not be submitted, failed, was cancelled, did not finish in time or
+finished with no verdict (status sandbox_error: the harness failed, `result.judged` is false) gets
+reward FALLBACK_REWARD (0.0), `extra_logs.fallback` = 1.0 and its reason in `reasons`.
 Unfinished items still queued are cancelled so they do not hold the queue.
 OpenRLHF cannot send headers: the API key may be given as `?key=...` here.
 """
@@ -20,7 +21,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import ValidationError
 
 from worker.jobs.store import Job
-from worker.models import EvalOptions
+from worker.models import NON_VERDICT_STATUSES, EvalOptions
 
 from .auth import Principal, authenticate_bearer_or_query
 from .schemas import PROBLEM_ID_PATTERN, EvaluationCreate, RewardRequest, RewardResponse
@@ -42,6 +43,9 @@ def _item_body(query: str, prompt: str | None, label: str, options: EvalOptions)
 def _reason_for(job: Job | None) -> str | None:
     if job is None:
         return "job disappeared from the store"
+    if job.status == "done" and (job.result or {}).get("status") in NON_VERDICT_STATUSES:
+        error = (job.result or {}).get("error") or {}
+        return f"no verdict ({job.result['status']}: {error.get('kind')}: {str(error.get('message'))[:300]})"
     if job.status == "done":
         return None
     return f"{job.status}: {job.error or 'no reason recorded'}"

@@ -10,13 +10,16 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 MAX_SOURCE_BYTES = 512 * 1024
 
 
 class EvalStatus(str, Enum):
-    """Verdict of one evaluation. Only `ok` means correct and timed."""
+    """Verdict of one evaluation. Only `ok` means correct and timed. `sandbox_error` is no verdict:
+    the harness failed (the judge ran out of device memory even alone, no sandbox, an engine fault),
+    so the result says nothing about the candidate (`EvalResult.judged` is false): skip the sample
+    or submit it again."""
 
     ok = "ok"
     incorrect = "incorrect"
@@ -26,6 +29,10 @@ class EvalStatus(str, Enum):
     invalid_input = "invalid_input"
     rejected = "rejected"
     sandbox_error = "sandbox_error"
+
+
+# Statuses that are no judgement of the candidate (see EvalResult.judged).
+NON_VERDICT_STATUSES = frozenset({EvalStatus.sandbox_error})
 
 
 class Device(str, Enum):
@@ -341,3 +348,10 @@ class EvalResult(BaseModel):
     environment: EnvironmentInfo | None = None
     candidate_log: str | None = Field(default=None, description="Candidate's own output (logs, never a verdict).")
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @computed_field(description=(  # type: ignore[prop-decorator]
+        "False when the harness failed (status sandbox_error): nothing was judged, `reward` is no score. A trainer "
+        "skips the sample or submits it again; the adapters give it their fallback reward and count it as such."))
+    @property
+    def judged(self) -> bool:
+        return self.status not in NON_VERDICT_STATUSES

@@ -1,9 +1,11 @@
 """Shared pieces of the trainer adapters: labels, completion text, outcomes, batch scoring.
 
 Outcome of one sample (`Outcome`):
-  - the service produced a verdict (job `done`): reward = result.reward, components from the result;
-  - anything else (bad label, service unreachable, job failed or cancelled, deadline passed):
-    reward = the adapter's `fallback_reward` (default 0.0), `fallback` = 1 and `reason` says why.
+  - the service produced a verdict (job `done`, `result.judged`): reward = result.reward, components
+    from the result;
+  - anything else (bad label, service unreachable, job failed or cancelled, deadline passed, or a done
+    job whose result is no verdict: status sandbox_error, the harness failed): reward = the adapter's
+    `fallback_reward` (default 0.0), `fallback` = 1 and `reason` says why.
 """
 
 from __future__ import annotations
@@ -129,6 +131,11 @@ def outcome_from_failure(reason: str, fallback_reward: float, job_id: str | None
 
 
 def outcome_from_job(job: Job, fallback_reward: float) -> Outcome:
+    if job.status is JobStatus.done and job.result is not None and not job.result.judged:
+        error = job.result.error
+        why = f"{error.kind}: {error.message}" if error else "the harness failed"
+        return outcome_from_failure(f"job {job.id}: no verdict ({job.result.status.value}, {why})"[:2000],
+                                    fallback_reward, job.id)
     if job.status is JobStatus.done and job.result is not None:
         return outcome_from_result(job.result, job.id)
     if not job.finished:

@@ -4,6 +4,7 @@ it keeps, checks shapes and dtypes before it reads anything, and never hands tho
 from __future__ import annotations
 
 import io
+import textwrap
 import time
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 
 from tests.engine.conftest import SILU_REFERENCE
 from worker.engine.judge import JudgeSession
+from worker.engine.launch import UserFailure
 from worker.engine.reference_cache import new_seeds
 from worker.engine.sandbox.process import PAYLOAD_KEY
 from worker.engine.sandbox_runtime import wire
@@ -115,3 +117,31 @@ def test_a_reply_that_is_not_a_run_reply_is_invalid_output(judge):
                PAYLOAD_KEY: b"\0"}
     assert judge.compare(garbage, time.monotonic() + 60).invalid
     assert judge.alive
+
+
+# The reference runs beside the comparison code in the judge: here it makes that code run out of memory,
+# the way comparing a 20 GiB output beside other jobs did on a GPU.
+COMPARISON_OUT_OF_MEMORY_REFERENCE = SILU_REFERENCE + textwrap.dedent('''
+    import worker.engine.correctness as comparison
+
+    def _out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    comparison.compare_with_truth = _out_of_memory
+''')
+
+
+def test_a_judge_out_of_memory_while_comparing_is_reported_as_such(settings):
+    options = EvalOptions(trials=2, seed=11)
+    session = JudgeSession(COMPARISON_OUT_OF_MEMORY_REFERENCE, options, settings)
+    try:
+        session.start(new_seeds(options.seed, options.trials, settings.timing_pool_size), time.monotonic() + 120,
+                      shape_max_bytes=settings.shape_trial_max_bytes)
+        trials = _decoded(session.inputs(time.monotonic() + 60))["trials"]
+        with pytest.raises(UserFailure) as failure:
+            session.compare(_run_reply(trials, lambda y: y), time.monotonic() + 60)
+        # out_of_memory, not runtime_error: the device stage retries it alone, then reports no verdict.
+        assert failure.value.kind == "out_of_memory"
+        assert "while comparing" in failure.value.message and "20.00 GiB" in failure.value.message
+    finally:
+        session.close()

@@ -106,17 +106,17 @@ class JudgeSession:
             raise UserFailure("protocol", "the judge sent no inputs")
         return reply
 
-    def compare(self, run_reply: dict, deadline: float) -> Comparison:
+    def compare(self, run_reply: dict, deadline: float, *, probe_check: bool = True) -> Comparison:
         """Compare a candidate's run reply (forwarded as it came: the judge checks shapes and dtypes
-        against the reference's before it reads a byte of it)."""
+        against the reference's before it reads a byte of it). `probe_check`: the job's own switch
+        (a cached judge serves jobs with other policies)."""
         opts = self.options
         from .policy.registry import is_disabled
-        from .verification import PROBE_RULE, SHAPE_RULE
+        from .verification import SHAPE_RULE
 
-        disabled = opts.policy.disabled_rules
         reply = self.session.request("compare", deadline, forward=run_reply, atol=opts.atol, rtol=opts.rtol,
-                                     shape_check=not is_disabled(SHAPE_RULE, disabled), shape_rule=SHAPE_RULE,
-                                     probe_check=not is_disabled(PROBE_RULE, disabled))
+                                     shape_check=not is_disabled(SHAPE_RULE, opts.policy.disabled_rules),
+                                     shape_rule=SHAPE_RULE, probe_check=probe_check)
         if reply.get("invalid"):
             return Comparison(None, str(reply["invalid"])[:2000], [])
         return Comparison(CorrectnessReport.model_validate(reply["report"]), None,

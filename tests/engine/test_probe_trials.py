@@ -1,0 +1,133 @@
+"""Probe trials (worker/engine/probes.py, worker/engine/sandbox_runtime/probe_inputs.py): inputs that
+expose reduced precision and skipped elements, judged against float64 with the reference's own error
+as the yardstick. Through the engine on CPU (Triton under its interpreter), and on numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.redteam.corpus import load_corpus
+from worker.engine.correctness import Outputs
+from worker.engine.probes import judge_probe, reference_unusable
+from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS, SPIKE_BACKGROUND, probe_inputs
+from worker.models import EvalStatus
+
+CASES = {case.id: case for case in load_corpus()}
+MEAN = CASES["honest_triton_mean_tree"]  # the mean of 204803 randn values (200 blocks of 1024 and 3)
+LOSS = CASES["honest_triton_smooth_l1_tree"]  # smooth L1 loss of two (128, 1024) tensors, reduced to a mean
+# The honest loss with its inputs rounded to half precision inside the reduction.
+HALF_CAST_LOSS = LOSS.candidate_source.replace("mask=mask, other=0.0)", "mask=mask, other=0.0).to(tl.float16)"
+                                               ".to(tl.float32)")
+
+
+def _probe(result, kind: str):
+    return next(p for p in result.correctness.probes if p.kind == kind)
+
+
+def test_a_mean_over_a_subset_fails_on_the_spikes_probe(run_eval):
+    result = run_eval(MEAN.reference_source, CASES["c2_mean_over_subset"].candidate_source)
+    assert result.status == EvalStatus.incorrect and not result.correct
+    assert all(trial.passed for trial in result.correctness.trials), "inside the tolerance on the problem's inputs"
+    spikes = _probe(result, "spikes")
+    assert spikes.outcome == "fail" and spikes.relative_error > 1e-2, spikes
+    assert spikes.ratio > 1e4 and "skips input elements" in spikes.message
+    assert "secret positions" in spikes.inputs  # what was done, never where
+
+
+def test_a_half_precision_cast_inside_a_reduction_is_flagged_by_a_probe(run_eval):
+    assert HALF_CAST_LOSS.count("tl.float16") == 2
+    result = run_eval(LOSS.reference_source, HALF_CAST_LOSS)
+    assert result.correctness.passed and result.correctness.precision.passed, \
+        "the mean hides the lost bits on the problem's own inputs"
+    assert result.flagged and result.reward == 0.0
+    hit = next(h for h in result.rules if h.rule == "KJ-R12-precision-loss")
+    assert "probe 'scaled'" in hit.evidence and "candidate" in hit.evidence and "reference" in hit.evidence
+    scaled = _probe(result, "scaled")
+    assert scaled.outcome == "flag" and scaled.ratio > 1e3 and "lower precision" in scaled.message
+
+
+@pytest.mark.parametrize("case", ["honest_triton_mean_tree", "honest_triton_mean_kahan"])
+def test_honest_tree_and_kahan_sums_pass_every_probe(run_eval, case):
+    result = run_eval(MEAN.reference_source, CASES[case].candidate_source)
+    assert result.status == EvalStatus.ok and not result.rules, result.rules
+    assert sorted(p.kind for p in result.correctness.probes) == sorted(PROBE_KINDS)
+    assert all(p.ran and p.outcome == "ok" and p.ratio < 16 for p in result.correctness.probes), \
+        result.correctness.probes
+
+
+def test_probe_trials_are_switched_off_with_kj_r15(run_eval):
+    result = run_eval(LOSS.reference_source, HALF_CAST_LOSS, policy={"disabled_rules": ["KJ-R15"]})
+    assert result.correctness.probes == []
+    assert result.status == EvalStatus.ok and not result.flagged, (result.rules, result.correctness.precision)
+
+
+# -- the inputs ------------------------------------------------------------------------------------
+def test_probes_change_only_floating_tensors_and_keep_zeros_signs_and_symmetry():
+    matrix = torch.randn(6, 6)
+    symmetric = matrix + matrix.T
+    lower = torch.tril(torch.randn(8, 8))
+    labels = torch.randint(0, 5, (8,))
+    args = [lower, labels, symmetric, 3, torch.tensor(0.5)]
+    found = {p.kind: p for p in probe_inputs(args, torch.Generator().manual_seed(1))}
+    assert sorted(found) == sorted(PROBE_KINDS)
+    for probe in found.values():
+        changed_lower, same_labels, changed_symmetric, scalar, hyper = probe.args
+        assert torch.equal(same_labels, labels) and scalar == 3 and torch.equal(hyper, torch.tensor(0.5))
+        assert torch.equal(changed_lower == 0, lower == 0), probe.kind  # zeros stay zero
+        if probe.kind == "offset":  # a positive offset: positive inputs stay positive
+            assert bool((changed_lower >= lower).all())
+        else:
+            assert torch.equal(torch.sign(changed_lower), torch.sign(lower)), probe.kind
+        assert torch.equal(changed_symmetric, changed_symmetric.T), probe.kind
+    spiked = found["spikes"].args[0]
+    spikes = spiked.abs() > 1.0
+    assert spikes[-1, -1], "the last non-zero element always carries a spike"
+    assert int(spikes.sum()) >= 2 and torch.unique(spiked[spikes]).numel() == int(spikes.sum()), "all different"
+    assert torch.equal(spiked[~spikes], lower[~spikes] * SPIKE_BACKGROUND)
+
+
+def test_spike_positions_follow_the_secret_seed():
+    x = torch.randn(64, 64)
+
+    def positions(seed: int) -> torch.Tensor:
+        spiked = next(p for p in probe_inputs([x], torch.Generator().manual_seed(seed)) if p.kind == "spikes")
+        return spiked.args[0].abs() > 1.0
+
+    assert torch.equal(positions(7), positions(7))
+    assert not torch.equal(positions(7), positions(8))
+
+
+# -- the judging, on numbers -----------------------------------------------------------------------
+def _out(values) -> Outputs:
+    return Outputs("tensor", [torch.as_tensor(values)])
+
+
+def test_values_nan_where_the_truth_is_finite_are_counted_and_left_out():
+    truth = _out(torch.linspace(1, 2, 100, dtype=torch.float64))
+    ref = _out(truth.tensors[0].float())
+    fragile = ref.tensors[0].clone()
+    fragile[:10] = float("nan")  # e.g. a hand-written tanh overflowing on large inputs
+    report = judge_probe("offset", "inputs offset", ref, _out(fragile), truth, None)
+    assert report.outcome == "ok" and report.non_finite == 10 and "left out" in report.message
+
+
+def test_integer_outputs_must_match_on_the_spikes_probe_only():
+    truth = _out(torch.tensor([1.0, 2.0], dtype=torch.float64))
+    ref = Outputs("tuple", [truth.tensors[0].float(), torch.tensor([3, 4])])
+    cand = Outputs("tuple", [truth.tensors[0].float(), torch.tensor([3, 5])])
+    truth_pair = Outputs("tuple", [truth.tensors[0], torch.tensor([3, 4])])
+    spikes = judge_probe("spikes", "spikes", ref, cand, truth_pair, None)
+    assert spikes.outcome == "fail" and spikes.index_mismatches == 1
+    assert judge_probe("offset", "offset", ref, cand, truth_pair, None).outcome == "ok"
+
+
+def test_a_reference_that_loses_its_precision_on_a_probe_is_no_yardstick():
+    truth = _out(torch.linspace(1, 2, 100, dtype=torch.float64))
+    exact = _out(truth.tensors[0].float())
+    rounded = _out(truth.tensors[0].half().float())  # the reference itself in half precision here
+    assert reference_unusable("scaled", exact, truth, [exact], [truth]) is None
+    assert "grows to" in reference_unusable("scaled", rounded, truth, [exact], [truth])
+    indices = _out(torch.tensor([1, 2]))
+    assert reference_unusable("spikes", indices, indices, [indices], [indices]) is None
+    assert "no floating-point value" in reference_unusable("offset", indices, indices, [indices], [indices])
