@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.redteam.corpus import load_corpus
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
 from tests.engine.test_failures import NO_STATIC_POLICY
 from tests.problems_util import load_problem
@@ -87,31 +88,18 @@ JOINED_SIDE_STREAM = triton_candidate('''
 ''')
 
 
-TWO_JOINED_SIDE_STREAMS = triton_candidate('''
-    if self.streams is None:
-        self.streams = [torch.cuda.Stream() for _ in range(2)]
-        self.done = [torch.cuda.Event() for _ in range(2)]
-    y = torch.empty_like(x)
-    half = x.numel() // 2
-    current = torch.cuda.current_stream()
-    for part, (stream, event) in enumerate(zip(self.streams, self.done, strict=True)):
-        stream.wait_stream(current)
-        with torch.cuda.stream(stream):
-            xs, ys = x[part * half:(part + 1) * half], y[part * half:(part + 1) * half]
-            silu_kernel[(triton.cdiv(half, 1024),)](xs, ys, half, BLOCK=1024)
-            event.record(stream)
-        current.wait_event(event)
-    return y
-''').replace("class ModelNew(torch.nn.Module):\n",
-                                        "class ModelNew(torch.nn.Module):\n    streams = done = None\n")
+TWO_JOINED_SIDE_STREAMS = next(case for case in load_corpus() if case.id == "honest_triton_two_streams")
 
 
-@pytest.mark.parametrize("candidate", [JOINED_SIDE_STREAM, TWO_JOINED_SIDE_STREAMS], ids=["one", "two"])
-def test_side_streams_joined_back_are_accepted(run_eval, candidate):
-    result = run_eval(BIG_SILU_REFERENCE, candidate, device="cuda", timing=True, timing_budget_s=0.5)
+@pytest.mark.parametrize(("reference", "candidate"), [
+    (BIG_SILU_REFERENCE, JOINED_SIDE_STREAM),
+    (TWO_JOINED_SIDE_STREAMS.reference_source, TWO_JOINED_SIDE_STREAMS.candidate_source),
+], ids=["one", "two"])
+def test_side_streams_joined_back_are_accepted(run_eval, reference, candidate):
+    result = run_eval(reference, candidate, device="cuda", timing=True, timing_budget_s=0.5)
     assert result.status == EvalStatus.ok and not result.flagged, result.rules
     coverage = result.coverage
-    assert coverage.off_stream_kernels == ["silu_kernel"] and not coverage.escaped_kernels, coverage
+    assert len(coverage.off_stream_kernels) == 1 and not coverage.escaped_kernels, coverage
     assert not coverage.unordered_kernels and not coverage.current_stream_switched, coverage
 
 
