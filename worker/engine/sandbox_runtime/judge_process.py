@@ -131,8 +131,7 @@ class JudgeRunner(Runner):
         self.truths = [self._kept(o) for o in truths or []]
         self.ref_pool = [self._kept(o) for o in pool_outputs]
         self.ref_shape = [self._kept(o) for o in shape_outputs]
-        shape_truths = double.truths(shape_inputs)[0] if shape_inputs else None
-        self.shape_truths = [self._kept(o) for o in shape_truths or []]
+        self.shape_truths = self._kept_truths(double, shape_inputs)
         self._probe_trials(probe_seed(command["trial_seeds"]), command.get("probe_max_bytes", 0), trial_outputs[0],
                            double, truth_skipped)
         double.close()
@@ -142,6 +141,15 @@ class JudgeRunner(Runner):
                           output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
                           input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs,
                                                     [p.args for p in self.probes]]))
+
+    def _kept_truths(self, double: reference_checks.Float64Reference, arg_sets: list[list]) -> list[Outputs]:
+        """The float64 truths of some input sets on the device, or none: an extra the judge can do without
+        (the doubled batch is then compared with the reference alone)."""
+        truths = double.truths(arg_sets)[0] if arg_sets else None
+        try:
+            return [self._kept(o) for o in truths or []]
+        except torch.OutOfMemoryError:
+            return []
 
     def _candidate_reply_bytes(self) -> int:
         """The size of an honest candidate's run reply: its outputs and the inputs it sends back."""
@@ -162,9 +170,11 @@ class JudgeRunner(Runner):
             for kind in PROBE_KINDS:
                 leave_out(kind, probes.DESCRIPTIONS[kind], f"no float64 truth ({truth_skipped})")
             return
-        if input_bytes(base) > max_bytes:
+        # Each kept probe holds its output and float64 truth on the device, for the judge's life.
+        size = max(input_bytes(base), _nbytes(self.ref_trials[:1]))
+        if size > max_bytes:
             for kind in PROBE_KINDS:
-                leave_out(kind, probes.DESCRIPTIONS[kind], f"the inputs take {input_bytes(base)} bytes, over the "
+                leave_out(kind, probes.DESCRIPTIONS[kind], f"one input or output set takes {size} bytes, over the "
                                                            f"{max_bytes}-byte limit for probe trials")
             return
         generator = torch.Generator().manual_seed(seed)
@@ -178,11 +188,16 @@ class JudgeRunner(Runner):
             if not reference_checks.finite_where(first_output, out):
                 leave_out(probe.kind, probe.description, "the reference's output is not finite on these inputs")
                 continue
-            truth, why = double.truths([probe.args])
-            if truth is None:
-                leave_out(probe.kind, probe.description, why or "no float64 truth")
+            try:
+                output = self._kept(out)
+            except torch.OutOfMemoryError:  # an extra the judge can do without
+                output = None
+            truths = self._kept_truths(double, [probe.args]) if output is not None else []
+            if not truths:
+                leave_out(probe.kind, probe.description, "no float64 truth on these inputs (the reference does not "
+                                                         "run in float64, or no device memory left for it)")
                 continue
-            output, truth_kept = self._kept(out), self._kept(truth[0])
+            truth_kept = truths[0]
             why = probes.reference_unusable(probe.kind, output, truth_kept, self.ref_trials, self.truths)
             if why:
                 leave_out(probe.kind, probe.description, why)
