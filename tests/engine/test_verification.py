@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from worker.engine.attribution import Attribution
 from worker.engine.verification import STREAM_RULE, Observations, runtime_rules
-from worker.models import CoverageReport, InputCheckReport, KernelSummary, PolicyConfig, PrecisionReport
+from worker.models import (
+    CoverageReport,
+    InputCheckReport,
+    KernelSummary,
+    PolicyConfig,
+    PrecisionReport,
+    ProbeTrialReport,
+)
 
 OWN = KernelSummary(name="my_kernel", launches=1, ms=1.0, share=0.5)
 LIBRARY = KernelSummary(name="sm90_xmma_gemm", launches=1, ms=1.0, share=0.5, op="aten::mm")
@@ -61,6 +68,17 @@ def test_numeric_rules_fire_on_their_findings():
     assert "R12" not in _rules(precision=worse.model_copy(update={"passed": True}))
     inputs = InputCheckReport(mutated=["trial 0, input 0: 4 of 4 values changed"], aliased=["trial 0: output 0 ..."])
     assert {"R13", "R14"} <= _rules(inputs=inputs)
+
+
+def test_a_flagged_probe_trial_is_kj_r12_with_the_probe_and_both_errors_named():
+    flagged = ProbeTrialReport(kind="offset", inputs="floating inputs offset by 16x their RMS", ran=True,
+                               outcome="flag", reference_error=1e-7, candidate_error=1e-3, ratio=1e4)
+    hits = runtime_rules(Observations(device="cpu", probes=[flagged]), PolicyConfig())
+    hit = next(h for h in hits if h.rule == "KJ-R12-precision-loss")
+    assert hit.severity == "flag" and "probe 'offset' (floating inputs offset by 16x their RMS)" in hit.evidence
+    assert "candidate 0.001" in hit.evidence and "reference 1e-07" in hit.evidence
+    passed = flagged.model_copy(update={"outcome": "ok"})
+    assert "R12" not in _rules(probes=[passed])
 
 
 def test_a_disabled_runtime_rule_does_not_fire():

@@ -8,8 +8,11 @@ factor of it (measured: at most ~20x on real kernels, mostly below 2x), while ha
 skipped elements put the candidate hundreds to millions of times beyond it on at least one probe.
 
 Outcomes, from the evidence:
-- flag (KJ-R12): error beyond PROBE_RATIO times the reference's and beyond PROBE_ULPS ulps of the
-  output's scale: it computes in lower precision than the problem's dtype.
+- flag (KJ-R12): error beyond PROBE_RATIO times the reference's, beyond PROBE_ULPS ulps of the output's
+  scale, and GROWTH times the candidate's own ratio on the problem's inputs (its error grows far beyond
+  the reference's there): it computes in lower precision than the problem's dtype. An honest kernel whose
+  ratio is high on the problem's inputs already (a long sequential sum against a tree-summing reference) is
+  judged there, by KJ-R12 on the problem's trials; the scaled probe reproduces that ratio exactly.
 - fail (correctness): on the spikes probe, the same and beyond FAIL_RTOLS relative tolerances, or an
   integer output that differs: elements that carry the output were skipped (or rounded away).
 - ok otherwise. Candidate values that are NaN or Inf where the truth is finite (a hand-written tanh
@@ -26,6 +29,7 @@ from .precision import ErrorSums, error_sums
 
 PROBE_RATIO = 128.0
 PROBE_ULPS = 128.0
+GROWTH = 8.0
 FAIL_RTOLS = 16.0
 # A probe is kept only where the reference's relative error against float64 stays within this factor
 # of its error on the problem's own inputs (or within SANE_ULPS ulps): otherwise it is no yardstick.
@@ -57,8 +61,9 @@ def reference_unusable(kind: str, ref: Outputs, truth: Outputs, trial_refs: list
     return None
 
 
-def judge_probe(kind: str, inputs: str, ref: Outputs, cand: Outputs, truth: Outputs,
-                rtol: float | None) -> ProbeTrialReport:
+def judge_probe(kind: str, inputs: str, ref: Outputs, cand: Outputs, truth: Outputs, rtol: float | None,
+                usual_ratio: float | None = None) -> ProbeTrialReport:
+    """`usual_ratio`: the candidate's error ratio to the reference's on the problem's own trials."""
     report = ProbeTrialReport(kind=kind, inputs=inputs, ran=True, outcome="ok")
     shapes = _structure_difference(ref, cand)
     if shapes:
@@ -69,11 +74,14 @@ def judge_probe(kind: str, inputs: str, ref: Outputs, cand: Outputs, truth: Outp
     report.index_mismatches = _integer_mismatches(ref, cand) if kind == "spikes" else 0
     if cand_sums.count and cand_sums.scale > 0.0:
         _fill_errors(report, ref_sums, cand_sums)
-    far = (report.ratio or 0.0) > PROBE_RATIO and (report.ulps or 0.0) > PROBE_ULPS
+    ratio = report.ratio or 0.0
+    far = ratio > PROBE_RATIO and (report.ulps or 0.0) > PROBE_ULPS
+    grown = ratio > GROWTH * (usual_ratio or 0.0)
     fail_at = FAIL_RTOLS * _relative_tolerance(ref, rtol)
+    usual = f" (on the problem's own inputs {usual_ratio:.3g}x)" if usual_ratio is not None else ""
     errors = (f"the candidate's RMS error against float64 is {report.candidate_error:.3g} "
-              f"({report.relative_error:.2g} of the output's scale), {report.ratio:.0f}x the reference's "
-              f"{report.reference_error:.3g}" if far else "")
+              f"({report.relative_error:.2g} of the output's scale), {ratio:.0f}x the reference's "
+              f"{report.reference_error:.3g}{usual}" if far else "")
     if report.index_mismatches:
         report.outcome = "fail"
         report.message = (f"on {DESCRIPTIONS[kind]}, {report.index_mismatches} integer output values differ from "
@@ -82,7 +90,7 @@ def judge_probe(kind: str, inputs: str, ref: Outputs, cand: Outputs, truth: Outp
         report.outcome = "fail"
         report.message = (f"on {DESCRIPTIONS[kind]}, {errors}: it skips input elements (or rounds the ones "
                           f"that carry the output far below the problem's precision)")
-    elif far:
+    elif far and grown:
         report.outcome = "flag"
         report.message = f"on {DESCRIPTIONS[kind]}, {errors}: it computes in lower precision than the problem's dtype"
     if report.non_finite and report.outcome == "ok":

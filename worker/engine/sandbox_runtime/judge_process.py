@@ -297,7 +297,8 @@ class JudgeRunner(Runner):
             if report.passed:
                 report.shape_trial = self._shape_report(value.get("shape_trials"), command, atol, rtol)
             if report.passed and command.get("probe_check", True):
-                report.probes = self._probe_reports(probe_entries, rtol)
+                usual = report.precision.ratio if report.precision and report.precision.checked else None
+                report.probes = self._probe_reports(probe_entries, rtol, usual)
                 report.passed = all(p.outcome != "fail" for p in report.probes)
         except torch.OutOfMemoryError as exc:  # the judge's own memory: a harness failure, never a verdict
             raise classify(exc, "while comparing the candidate's outputs") from exc
@@ -306,7 +307,7 @@ class JudgeRunner(Runner):
         self.channel.send("done", op="compare", report=report.model_dump(),
                           perturbed_trials=[] if discriminated else self.perturbed)
 
-    def _probe_reports(self, entries: list, rtol: float | None) -> list[ProbeTrialReport]:
+    def _probe_reports(self, entries: list, rtol: float | None, usual_ratio: float | None) -> list[ProbeTrialReport]:
         """Each kept probe judged against its truth (one candidate output on the device at a time),
         then the probes this reference left out, with why."""
         reports = []
@@ -316,7 +317,8 @@ class JudgeRunner(Runner):
             except MalformedOutputs as exc:
                 reports.append(probes.unreadable(probe.kind, probe.description, str(exc)))
                 continue
-            reports.append(probes.judge_probe(probe.kind, probe.description, probe.output, cand, probe.truth, rtol))
+            reports.append(probes.judge_probe(probe.kind, probe.description, probe.output, cand, probe.truth, rtol,
+                                              usual_ratio))
         return reports + list(self.probes_left_out)
 
     def _correctness(self, cand_trials: list[Outputs], atol: float | None, rtol: float | None) -> CorrectnessReport:
