@@ -3,9 +3,10 @@ reduced precision or skipped elements far beyond the reference's own error on th
 
 The inputs come from sandbox_runtime/probe_inputs.py (scaled, offset, spikes). Each probe is judged
 against its float64 truth, with the reference's RMS error there as the yardstick: an honest kernel
-(tiling, tree or Kahan sums, fused epilogues, fast math at the problem's dtype) stays within a small
-factor of it (measured: at most ~20x on real kernels, mostly below 2x), while half precision and
-skipped elements put the candidate hundreds to millions of times beyond it on at least one probe.
+(tiling, tree, Kahan or sequential sums, one-pass variances, fused epilogues, fast math at the
+problem's dtype) stays within a small factor of it (measured on CPU: at most ~110x, from PyTorch's own
+channels-last batch norm, mostly below 2x), while half precision and skipped elements put the candidate
+thousands to millions of times beyond it on at least one probe.
 
 Outcomes, from the evidence:
 - flag (KJ-R12): error beyond PROBE_RATIO times the reference's, beyond PROBE_ULPS ulps of the output's
@@ -27,9 +28,9 @@ from ..models import ProbeTrialReport
 from .correctness import Outputs, chunks, tolerance_for
 from .precision import ErrorSums, error_sums
 
-PROBE_RATIO = 128.0
-PROBE_ULPS = 128.0
-GROWTH = 8.0
+PROBE_RATIO = 256.0
+PROBE_ULPS = 256.0
+GROWTH = 4.0
 FAIL_RTOLS = 16.0
 # A probe is kept only where the reference's relative error against float64 stays within this factor
 # of its error on the problem's own inputs (or within SANE_ULPS ulps): otherwise it is no yardstick.

@@ -10,13 +10,17 @@ float64 stays sane (worker/engine/probes.py judges the candidate against both):
   of two changes no rounding in float32 (nothing under- or overflows there), so the reference's and an
   honest kernel's relative errors are what they are at the problem's scale; half precision keeps only
   about 3 bits in that range (its subnormals), which no reduction averages away.
-- offset: each input plus 16 times its RMS (its non-zero elements). Half and bfloat16 keep no
-  fraction of the values' spread beside such an offset; float32 loses 4 bits.
-- spikes: each input scaled down by 2^-12 (a quiet background), with a few elements at secret
-  positions set to 4-5x its RMS (sign kept, all different, mirrored in a symmetric matrix). The
-  spikes carry the output, so a reduction that skips one of them, or rounds them to half precision,
-  moves visibly instead of averaging away. Positions lean towards the first and last index of each
-  dimension, where skipping kernels usually cut, and the last non-zero element is always one.
+- offset: each input plus 4 times its RMS (its non-zero elements). bfloat16 keeps about 4 bits of the
+  values' spread beside it (differences, shift-invariant softmax/log-sum-exp lose the rest); float32
+  loses 2, and a one-pass variance's cancellation grows only ~17x (a larger offset flagged honest
+  E[x^2] - E[x]^2 kernels).
+- spikes: each input scaled down by 2^-40 (a silent background: distinct values, no ties, no new
+  zeros, but below float32's resolution of the spikes, so an honest sum that drops it after a spike
+  loses nothing), with a few elements at secret positions set to 4-5x its RMS (sign kept, all
+  different, mirrored in a symmetric matrix). The spikes alone carry the output, so a reduction that
+  skips one of them, or rounds them to half precision, moves visibly instead of averaging away.
+  Positions lean towards the first and last index of each dimension, where skipping kernels usually
+  cut, and the last non-zero element is always one.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from dataclasses import dataclass
 import torch
 
 SCALED_RMS_LOG2 = -21
-OFFSET_RMS = 16.0
-SPIKE_BACKGROUND = 2.0 ** -12
+OFFSET_RMS = 4.0
+SPIKE_BACKGROUND = 2.0 ** -40
 SPIKE_RMS = 4.0
 SPIKES_PER_TENSOR = 16
 PROBE_KINDS = ("scaled", "offset", "spikes")
