@@ -61,8 +61,8 @@ def _run_reply(trials: list[list], transform, probe_transform=None) -> dict:
 def test_the_inputs_the_judge_sends_hold_no_reference_output(judge):
     inputs = _decoded(judge.inputs(time.monotonic() + 60))
     assert set(inputs) == {"init_inputs", "trials", "pool", "shape_trials"}
-    # The problem's two trials, then the probe trials, indistinguishable in the protocol.
-    assert len(inputs["trials"]) == 2 + len(PROBE_KINDS) and inputs["trials"][0][0].shape == (1000,)
+    # The problem's two trials, then the probe trials the reference keeps, indistinguishable in the protocol.
+    assert len(inputs["trials"]) > 2 and all(args[0].shape == (1000,) for args in inputs["trials"])
 
 
 def _probe(report, kind: str):
@@ -72,12 +72,16 @@ def _probe(report, kind: str):
 def test_probe_trials_flag_half_precision_and_fail_a_skipped_element(judge):
     trials = _decoded(judge.inputs(time.monotonic() + 60))["trials"]
     honest = judge.compare(_run_reply(trials, lambda y: y), time.monotonic() + 60).report
-    assert honest.passed and [p.outcome for p in honest.probes] == ["ok"] * len(PROBE_KINDS), honest.probes
+    assert honest.passed and sorted(p.kind for p in honest.probes) == sorted(PROBE_KINDS)
+    kept = [p for p in honest.probes if p.ran]
+    assert len(kept) == len(trials) - 2 and all(p.outcome == "ok" for p in kept), honest.probes
+    # SiLU adds a nonlinearity to its inputs: it does not round on scaled inputs as on the others.
+    assert not _probe(honest, "scaled").ran and "would say nothing" in _probe(honest, "scaled").message
 
     half = judge.compare(_run_reply(trials, lambda y: y, lambda y: y.half().float()), time.monotonic() + 60).report
-    scaled = _probe(half, "scaled")
-    assert half.passed and scaled.outcome == "flag" and scaled.ratio > 1000, half.probes
-    assert "lower precision" in scaled.message and "subnormal" in scaled.message
+    offset = _probe(half, "offset")
+    assert half.passed and offset.outcome == "flag" and offset.ratio > 1000, half.probes
+    assert "lower precision" in offset.message and "offset" in offset.message
 
     def skip_last(y):
         y = y.clone()

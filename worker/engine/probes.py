@@ -22,6 +22,8 @@ Outcomes, from the evidence:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..models import ProbeTrialReport
@@ -60,6 +62,32 @@ def reference_unusable(kind: str, ref: Outputs, truth: Outputs, trial_refs: list
         return (f"the reference's own relative error against float64 grows to {relative:.3g} on these inputs "
                 f"({usual:.3g} on the problem's)")
     return None
+
+
+def scales_exactly(scaled: Outputs, unscaled: Outputs) -> bool:
+    """The reference's floating outputs on inputs scaled by powers of two are its outputs on the same
+    inputs unscaled times one power of two each, bit for bit: it rounds on the scaled probe exactly as on
+    the problem's scale, so an honest kernel's error ratio there is its usual one. A model that adds a
+    bias, an eps or a nonlinearity to its inputs does not, and the scaled probe says nothing about it."""
+    for s, u in zip(scaled.tensors, unscaled.tensors, strict=True):
+        if not s.is_floating_point():
+            continue
+        if s.shape != u.shape or s.dtype != u.dtype:
+            return False
+        factor = None
+        for s_part, u_part in chunks(s, u):
+            if not torch.equal(s_part == 0, u_part == 0) or not torch.equal(torch.isfinite(s_part),
+                                                                             torch.isfinite(u_part)):
+                return False
+            both = (u_part != 0) & torch.isfinite(u_part)
+            ratios = torch.unique(s_part[both].double() / u_part[both].double())
+            if ratios.numel() > 1 or (ratios.numel() and factor is not None and float(ratios[0]) != factor):
+                return False
+            if ratios.numel():
+                factor = float(ratios[0])
+        if factor is not None and (factor <= 0 or math.frexp(factor)[0] != 0.5):
+            return False
+    return True
 
 
 def judge_probe(kind: str, inputs: str, ref: Outputs, cand: Outputs, truth: Outputs, rtol: float | None,

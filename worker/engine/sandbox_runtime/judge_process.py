@@ -1,8 +1,9 @@
 """The judge, inside its sandbox: runs the reference, keeps its inputs and outputs, and compares.
 
 A judge never runs candidate code. It generates the input sets from the seeds it is given, runs
-the reference on them (with its float64 ground truth, the degenerate-reference perturbation and
-the doubled-batch trial), and keeps everything in its own memory, outputs on its device. A
+the reference on them (with its float64 ground truth, the degenerate-reference perturbation, the
+doubled-batch trial and the probe trials, see probe_inputs), and keeps everything in its own
+memory, outputs on its device. A
 candidate's outputs arrive as bytes over the pipe (see wire); the judge reads only tensors whose
 shape and dtype are the ones it expects, into fresh storage of its own, then compares on its
 device with the supervisor's comparison code (worker.engine.correctness and friends, mounted read-only).
@@ -178,6 +179,7 @@ class JudgeRunner(Runner):
                                                            f"{max_bytes}-byte limit for probe trials")
             return
         generator = torch.Generator().manual_seed(seed)
+        unscaled = self._call(to_device(clone_args(base), self.device), "in Model.forward (probe inputs)")
         for probe in probe_inputs(base, generator):
             try:
                 out = self._call(to_device(clone_args(probe.args), self.device),
@@ -187,6 +189,12 @@ class JudgeRunner(Runner):
                 continue
             if not reference_checks.finite_where(first_output, out):
                 leave_out(probe.kind, probe.description, "the reference's output is not finite on these inputs")
+                continue
+            if probe.kind == "scaled" and not probes.scales_exactly(Outputs(out["kind"], out["tensors"]),
+                                                                   Outputs(unscaled["kind"], unscaled["tensors"])):
+                leave_out(probe.kind, probe.description, "the reference does not round on these inputs as on the "
+                                                         "same inputs unscaled (it adds a bias, an eps or a "
+                                                         "nonlinearity to them): the probe would say nothing")
                 continue
             try:
                 output = self._kept(out)

@@ -7,9 +7,10 @@ positive). The judge keeps a probe only where the reference stays finite and its
 float64 stays sane (worker/engine/probes.py judges the candidate against both):
 
 - scaled: each float32/float64 input times the power of two that brings its RMS to 2^-21. A power
-  of two changes no rounding in float32 (nothing under- or overflows there), so the reference's and an
-  honest kernel's relative errors are what they are at the problem's scale; half precision keeps only
-  about 3 bits in that range (its subnormals), which no reduction averages away.
+  of two changes no rounding in float32 (nothing under- or overflows there), so where the reference's
+  outputs scale bit for bit (the judge checks) the reference's and an honest kernel's relative errors
+  are what they are at the problem's scale; half precision keeps only about 3 bits in that range (its
+  subnormals), which no reduction averages away.
 - offset: each input plus 4 times its RMS (its non-zero elements). bfloat16 keeps about 4 bits of the
   values' spread beside it (differences, shift-invariant softmax/log-sum-exp lose the rest); float32
   loses 2, and a one-pass variance's cancellation grows only ~17x (a larger offset flagged honest
