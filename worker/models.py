@@ -190,7 +190,7 @@ class ProbeTrialReport(BaseModel):
     skipped elements (worker/engine/sandbox_runtime/probe_inputs.py), judged against its float64 truth
     with the reference's own error on the same inputs as the yardstick (worker/engine/probes.py)."""
 
-    kind: Literal["scaled", "offset", "spikes"]
+    kind: Literal["scaled", "rounding", "spikes"]
     inputs: str = Field(description="What was done to the inputs (never where the spikes are).")
     ran: bool = Field(description="False: the probe was left out (the message says why).")
     outcome: Literal["ok", "flag", "fail"] | None = Field(default=None, description=(
@@ -229,7 +229,7 @@ class CorrectnessReport(BaseModel):
     inputs: InputCheckReport | None = None
     shape_trial: ShapeTrialReport | None = None
     probes: list[ProbeTrialReport] = Field(default_factory=list, description=(
-        "Probe trials (scaled, offset, spikes inputs) judged against float64; empty when switched off (KJ-R15) "
+        "Probe trials (scaled, rounding, spikes inputs) judged against float64; empty when switched off (KJ-R15) "
         "or when the problem's own trials failed."))
 
 

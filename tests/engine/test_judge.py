@@ -79,16 +79,16 @@ def test_probe_trials_flag_half_precision_and_fail_a_skipped_element(judge):
     assert not _probe(honest, "scaled").ran and "would say nothing" in _probe(honest, "scaled").message
 
     half = judge.compare(_run_reply(trials, lambda y: y, lambda y: y.half().float()), time.monotonic() + 60).report
-    offset = _probe(half, "offset")
-    assert half.passed and offset.outcome == "flag" and offset.ratio > 1000, half.probes
-    assert "lower precision" in offset.message and "offset" in offset.message
+    rounding = _probe(half, "rounding")
+    assert half.passed and rounding.outcome == "flag" and rounding.ratio > 1000, half.probes
+    assert "lower precision" in rounding.message and "round toward zero" in rounding.message
 
-    def skip_last(y):
+    def skip_largest(y):  # leaves out the element that carries the most (on the spikes probe: a spike)
         y = y.clone()
-        y[-1] = 0.0
+        y[y.abs().argmax()] = 0.0
         return y
 
-    skipped = judge.compare(_run_reply(trials, lambda y: y, skip_last), time.monotonic() + 60).report
+    skipped = judge.compare(_run_reply(trials, lambda y: y, skip_largest), time.monotonic() + 60).report
     spikes = _probe(skipped, "spikes")
     assert not skipped.passed and spikes.outcome == "fail", skipped.probes
     assert "skips input elements" in spikes.message and spikes.relative_error > 1e-3

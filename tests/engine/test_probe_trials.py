@@ -10,7 +10,7 @@ import torch
 from benchmarks.redteam.corpus import load_corpus
 from worker.engine.correctness import Outputs
 from worker.engine.probes import judge_probe, reference_unusable, scales_exactly
-from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS, SPIKE_BACKGROUND, probe_inputs
+from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS, probe_inputs
 from worker.models import EvalStatus
 
 CASES = {case.id: case for case in load_corpus()}
@@ -79,16 +79,25 @@ def test_probes_change_only_floating_tensors_and_keep_zeros_signs_and_symmetry()
         changed_lower, same_labels, changed_symmetric, scalar, hyper = probe.args
         assert torch.equal(same_labels, labels) and scalar == 3 and torch.equal(hyper, torch.tensor(0.5))
         assert torch.equal(changed_lower == 0, lower == 0), probe.kind  # zeros stay zero
-        if probe.kind == "offset":  # a positive offset: positive inputs stay positive
-            assert bool((changed_lower >= lower).all())
-        else:
-            assert torch.equal(torch.sign(changed_lower), torch.sign(lower)), probe.kind
+        assert torch.equal(torch.sign(changed_lower), torch.sign(lower)), probe.kind
         assert torch.equal(changed_symmetric, changed_symmetric.T), probe.kind
     spiked = found["spikes"].args[0]
-    spikes = spiked.abs() > 1.0
+    spikes = spiked != lower
     assert spikes[-1, -1], "the last non-zero element always carries a spike"
-    assert int(spikes.sum()) >= 2 and torch.unique(spiked[spikes]).numel() == int(spikes.sum()), "all different"
-    assert torch.equal(spiked[~spikes], lower[~spikes] * SPIKE_BACKGROUND)
+    rms = float(lower.square().mean().sqrt())
+    assert int(spikes.sum()) >= 2 and bool((spiked[spikes].abs() >= 16 * rms).all())
+    assert torch.unique(spiked[spikes]).numel() == int(spikes.sum()), "all different: no ties for an arg-max"
+
+
+def test_the_rounding_probe_makes_half_and_bfloat16_round_every_value_toward_zero():
+    x = torch.randn(4096) * 3
+    moved = next(p for p in probe_inputs([x], torch.Generator().manual_seed(1)) if p.kind == "rounding").args[0]
+    assert bool(((moved - x).abs() <= x.abs() * 2 ** -7).all()), "within one bfloat16 cell of where it was"
+    for dtype, least in ((torch.bfloat16, 2 ** -10), (torch.float16, 2 ** -13)):
+        rounded = moved.to(dtype).double()
+        assert bool((rounded.abs() < moved.abs()).all()), dtype  # toward zero, every one of them
+        # Every error has the value's sign, so a sum of magnitudes (a loss, a norm) keeps all of them.
+        assert float(((rounded - moved) * moved.sign()).sum() / moved.abs().sum()) < -least, dtype
 
 
 def test_spike_positions_follow_the_secret_seed():
@@ -96,7 +105,7 @@ def test_spike_positions_follow_the_secret_seed():
 
     def positions(seed: int) -> torch.Tensor:
         spiked = next(p for p in probe_inputs([x], torch.Generator().manual_seed(seed)) if p.kind == "spikes")
-        return spiked.args[0].abs() > 1.0
+        return spiked.args[0] != x
 
     assert torch.equal(positions(7), positions(7))
     assert not torch.equal(positions(7), positions(8))
@@ -112,7 +121,7 @@ def test_values_nan_where_the_truth_is_finite_are_counted_and_left_out():
     ref = _out(truth.tensors[0].float())
     fragile = ref.tensors[0].clone()
     fragile[:10] = float("nan")  # e.g. a hand-written tanh overflowing on large inputs
-    report = judge_probe("offset", "inputs offset", ref, _out(fragile), truth, None)
+    report = judge_probe("spikes", "inputs with spikes", ref, _out(fragile), truth, None)
     assert report.outcome == "ok" and report.non_finite == 10 and "left out" in report.message
 
 
@@ -133,7 +142,7 @@ def test_integer_outputs_must_match_on_the_spikes_probe_only():
     truth_pair = Outputs("tuple", [truth.tensors[0], torch.tensor([3, 4])])
     spikes = judge_probe("spikes", "spikes", ref, cand, truth_pair, None)
     assert spikes.outcome == "fail" and spikes.index_mismatches == 1
-    assert judge_probe("offset", "offset", ref, cand, truth_pair, None).outcome == "ok"
+    assert judge_probe("rounding", "rounding", ref, cand, truth_pair, None).outcome == "ok"
 
 
 def test_a_reference_that_loses_its_precision_on_a_probe_is_no_yardstick():
@@ -144,4 +153,4 @@ def test_a_reference_that_loses_its_precision_on_a_probe_is_no_yardstick():
     assert "grows to" in reference_unusable("scaled", rounded, truth, [exact], [truth])
     indices = _out(torch.tensor([1, 2]))
     assert reference_unusable("spikes", indices, indices, [indices], [indices]) is None
-    assert "no floating-point value" in reference_unusable("offset", indices, indices, [indices], [indices])
+    assert "no floating-point value" in reference_unusable("rounding", indices, indices, [indices], [indices])

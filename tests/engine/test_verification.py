@@ -71,11 +71,11 @@ def test_numeric_rules_fire_on_their_findings():
 
 
 def test_a_flagged_probe_trial_is_kj_r12_with_the_probe_and_both_errors_named():
-    flagged = ProbeTrialReport(kind="offset", inputs="floating inputs offset by 16x their RMS", ran=True,
+    flagged = ProbeTrialReport(kind="rounding", inputs="values moved within their bfloat16 cells", ran=True,
                                outcome="flag", reference_error=1e-7, candidate_error=1e-3, ratio=1e4)
     hits = runtime_rules(Observations(device="cpu", probes=[flagged]), PolicyConfig())
     hit = next(h for h in hits if h.rule == "KJ-R12-precision-loss")
-    assert hit.severity == "flag" and "probe 'offset' (floating inputs offset by 16x their RMS)" in hit.evidence
+    assert hit.severity == "flag" and "probe 'rounding' (values moved within their bfloat16 cells)" in hit.evidence
     assert "candidate 0.001" in hit.evidence and "reference 1e-07" in hit.evidence
     passed = flagged.model_copy(update={"outcome": "ok"})
     assert "R12" not in _rules(probes=[passed])

@@ -1,7 +1,7 @@
 """Probe trials, judged inside the problem's judge: is the candidate's error on inputs that expose
 reduced precision or skipped elements far beyond the reference's own error on the same inputs?
 
-The inputs come from sandbox_runtime/probe_inputs.py (scaled, offset, spikes). Each probe is judged
+The inputs come from sandbox_runtime/probe_inputs.py (scaled, rounding, spikes). Each probe is judged
 against its float64 truth, with the reference's RMS error there as the yardstick: an honest kernel
 (tiling, tree, Kahan or sequential sums, one-pass variances, fused epilogues, fast math at the
 problem's dtype) stays within a small factor of it (measured on CPU: at most ~110x, from PyTorch's own
@@ -41,8 +41,8 @@ SANE_ULPS = 256.0
 
 DESCRIPTIONS = {
     "scaled": "inputs scaled into half precision's subnormal range",
-    "offset": "inputs offset far from zero",
-    "spikes": "a quiet background with spikes at secret positions",
+    "rounding": "inputs that half precision and bfloat16 all round toward zero",
+    "spikes": "inputs with spikes at secret positions",
 }
 
 

@@ -38,7 +38,7 @@ class EngineSettings:
     timing_pool_size: int = 4
     # The doubled-batch trial (KJ-R09) is skipped when its inputs would exceed this.
     shape_trial_max_bytes: int = 4 * 1024**3
-    # The probe trials (scaled, offset, spikes inputs) are skipped when one input set or one trial's
+    # The probe trials (scaled, rounding, spikes inputs) are skipped when one input set or one trial's
     # outputs exceed this (the judge keeps three more input sets, outputs and float64 truths).
     probe_trial_max_bytes: int = 1024**3
     # Candidate runners kept started and warm (torch and Triton imported), each used once; 0: none.
