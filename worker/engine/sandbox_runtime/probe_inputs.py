@@ -16,8 +16,9 @@ float64 stays sane (worker/engine/probes.py judges the candidate against both):
   value toward zero, an error proportional to the value, which no sum or mean averages away (on randn
   inputs their random rounding errors do). float32 rounds these values as any others: the data and an
   honest algorithm's behaviour on it (one-pass variances, sequential sums) are those of the problem.
-- spikes: a few elements of each input, at secret positions, set to 16-17 times its RMS (sign kept, all
-  different, mirrored in a symmetric matrix), the rest left as drawn. A reduction that skips one of
+- spikes: a few elements of each input, at secret positions, set to 16 times its RMS, or twice its largest
+  magnitude if that is less (sign kept, all different, mirrored in a symmetric matrix), the rest left as
+  drawn. A reduction that skips one of
   them moves far more than its rounding explains. Positions lean towards the first and last index of
   each dimension, where skipping kernels usually cut, and the last non-zero element is always one.
 
@@ -40,6 +41,9 @@ SCALED_RMS_LOG2 = -21
 ROUNDING_POSITION = 13 / 32
 BFLOAT16_BITS = 8  # significant bits, the implicit one included
 SPIKE_RMS = 16.0
+# ...but never beyond this many times the largest magnitude drawn: inputs of a bounded range (uniform in
+# [-100, 100], say) stay near it (16x their RMS put exp(-x) beyond a double's range in Numba's simulator).
+SPIKE_MAX = 2.0
 SPIKES_PER_TENSOR = 16
 PROBE_KINDS = ("scaled", "rounding", "spikes")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -106,17 +110,19 @@ def _spiked(arg: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor
     candidates = (arg != 0) & torch.isfinite(arg)
     if rms == 0.0 or not bool(candidates.any()):
         return None
+    height = min(SPIKE_RMS * rms, SPIKE_MAX * float(arg[candidates].abs().max()))
     out = arg.clone()
     symmetric = arg.dim() >= 2 and arg.shape[-1] == arg.shape[-2] and torch.equal(arg, arg.transpose(-1, -2))
     positions = _positions(arg.shape, candidates, generator)
     for number, index in enumerate(positions):
         # All magnitudes different: an arg-max over spikes has one answer.
-        magnitude = rms * (SPIKE_RMS + (number + float(torch.rand((), generator=generator))) / len(positions))
+        magnitude = height * (1 + (number + float(torch.rand((), generator=generator))) / (16 * len(positions)))
         value = math.copysign(magnitude, float(arg[index]))
         out[index] = value
         if symmetric:
             out[index[:-2] + (index[-1], index[-2])] = value
-    return out, f"a few elements of the floating inputs, at secret positions, set to {SPIKE_RMS:g}-{SPIKE_RMS + 1:g}x their RMS"
+    return out, (f"a few elements of the floating inputs, at secret positions, set to {SPIKE_RMS:g}x their RMS "
+                 f"(at most {SPIKE_MAX:g}x their largest magnitude)")
 
 
 def _positions(shape: torch.Size, allowed: torch.Tensor, generator: torch.Generator) -> list[tuple[int, ...]]:
