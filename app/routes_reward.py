@@ -4,6 +4,8 @@ The contract (body, answer, fallback, prompt stripping, labels) is kerneljudge/a
 shared with OpenRLHF's file mode; this route adds what only the service does: submit every item,
 wait for all of them at most `timeout` seconds (capped by KERNELJUDGE_REWARD_WAIT_S), and withdraw
 items still queued at the deadline so they do not hold the queue.
+A done job whose result is no verdict (status sandbox_error: the harness failed, `result.judged` is
+false) gets the fallback like a failed one.
 OpenRLHF cannot send headers: the API key may be given as `?key=...` here.
 """
 
@@ -17,8 +19,8 @@ from pydantic import ValidationError
 from kerneljudge.adapters.common import (
     DEFAULT_FALLBACK_REWARD,
     Outcome,
+    outcome_from_done,
     outcome_from_failure,
-    outcome_from_result,
 )
 from kerneljudge.adapters.openrlhf import (
     GetRewardRequestError,
@@ -50,7 +52,7 @@ def _item_body(item: RewardRequestItem, options: EvalOptions) -> EvaluationCreat
 
 def _outcome(job_id: str | None, job: Job | None, reason: str | None) -> Outcome:
     if reason is None and job is not None and job.status == "done" and job.result:
-        return outcome_from_result(EvalResult.model_validate(job.result), job.id)
+        return outcome_from_done(EvalResult.model_validate(job.result), job.id, DEFAULT_FALLBACK_REWARD)
     if reason is None:
         reason = ("job disappeared from the store" if job is None
                   else f"{job.status}: {job.error or 'no reason recorded'}")

@@ -109,6 +109,11 @@ def evaluate_pair(pair: Pair, args, settings: EngineSettings) -> dict:
         "degenerate": bool(result.correctness and result.correctness.degenerate_reference),
         "precision": result.correctness.precision.model_dump() if result.correctness and result.correctness.precision
         else None,
+        "probes": [{"kind": p.kind, "outcome": p.outcome, "ratio": p.ratio, "message": p.message}
+                   for p in (result.correctness.probes if result.correctness else [])],
+        "shape_trial": (result.correctness.shape_trial.message if result.correctness and
+                        result.correctness.shape_trial else None),
+        "judged": result.judged,
         "build": result.extra.get("build"), "stages": result.stages, "engine_s": round(engine_s, 1),
         "independent": independent,
         "gpu": result.environment.gpu_name if result.environment else None,
@@ -157,7 +162,16 @@ def explain(row: dict) -> str:
         return "; ".join(f"{h['rule']} ({h['severity']}): {h['evidence']}" for h in row["rules"])
     if row["error"]:
         return row["error"]
+    failed = [f"probe {p['kind']}: {p['message']}" for p in row.get("probes") or [] if p["outcome"] == "fail"]
+    if failed:
+        return "; ".join(failed)
     return f"engine {row['status']}, plain check: {row['independent'].get('message')}"
+
+
+def probe_summary(row: dict) -> str:
+    """`scaled ok 1.2, offset flag 3e+03, spikes -`: each probe's outcome and error ratio ('-': left out)."""
+    return ", ".join(f"{p['kind']} {p['outcome'] or '-'}" + (f" {p['ratio']:.3g}" if p["ratio"] is not None else "")
+                     for p in row.get("probes") or [])
 
 
 def report(args, command: str) -> str:
@@ -185,8 +199,8 @@ def report(args, command: str) -> str:
                 else "engine accepts, plain check incorrect"
             lines.append(f"- {row['id']} ({side}): {explain(row)}")
     lines += ["", "## Pairs", "",
-              "| id | cat | engine | reward | speedup | coverage | own kernels | library kernels | rules | plain | "
-              "build | s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| id | cat | engine | reward | speedup | coverage | own kernels | library kernels | rules | probes | "
+              "plain | build | s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         verdict = row["status"] + (" (flagged)" if row["flagged"] else "")
         rules = ", ".join(h["rule"].split("-")[0] + "-" + h["rule"].split("-")[1] for h in row["rules"]) or ""
@@ -196,7 +210,7 @@ def report(args, command: str) -> str:
         build = (row.get("build") or {}).get("path", "")
         lines.append(f"| {row['id']} | {row['category']} | {verdict} | {row['reward']} | {speed} | {cov} | "
                      f"{', '.join(row['own_kernels'])[:60]} | {', '.join(row['library_kernels'])[:90]} | {rules} | "
-                     f"{plain} | {build} | {row['engine_s']} |")
+                     f"{probe_summary(row)} | {plain} | {build} | {row['engine_s']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -77,13 +77,103 @@ class JoinedSideStream(torch.nn.Module):
         return y
 
 
+class JoinedTwoSideStreams(torch.nn.Module):
+    """Two side streams kept on the module, each waiting for the current stream, joined with events."""
+
+    def __init__(self):
+        super().__init__()
+        self.streams = [torch.cuda.Stream() for _ in range(2)]
+        self.done = [torch.cuda.Event() for _ in range(2)]
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        half = x.numel() // 2
+        current = torch.cuda.current_stream()
+        for part, (stream, event) in enumerate(zip(self.streams, self.done, strict=True)):
+            stream.wait_stream(current)
+            with torch.cuda.stream(stream):
+                xs, ys = x[part * half:(part + 1) * half], y[part * half:(part + 1) * half]
+                silu_kernel[(triton.cdiv(half, 1024),)](xs, ys, half, BLOCK=1024)
+                event.record(stream)
+            current.wait_event(event)
+        return y
+
+
+class SecondSideStreamUnjoined(JoinedTwoSideStreams):
+    """The same, but the second stream is never joined and runs long."""
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        half = x.numel() // 2
+        current = torch.cuda.current_stream()
+        for stream in self.streams:
+            stream.wait_stream(current)
+        with torch.cuda.stream(self.streams[0]):
+            silu_kernel[(triton.cdiv(half, 1024),)](x, y, half, BLOCK=1024)
+        with torch.cuda.stream(self.streams[1]):
+            for _ in range(20):
+                silu_kernel[(triton.cdiv(half, 1024),)](x[half:], y[half:], half, BLOCK=1024)
+        current.wait_stream(self.streams[0])
+        return y
+
+
+class SideStreamWithoutWait(torch.nn.Module):
+    """Joined back at the end, but the side stream never waits for the current stream."""
+
+    def __init__(self):
+        super().__init__()
+        self.side = torch.cuda.Stream()
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        with torch.cuda.stream(self.side):
+            silu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        torch.cuda.current_stream().wait_stream(self.side)
+        return y
+
+
+class StreamLeftSwitched(torch.nn.Module):
+    def forward(self, x):
+        torch.cuda.set_stream(torch.cuda.Stream())
+        return _silu(x)
+
+
 CASES = {
     "own_only": (OwnOnly, lambda: [torch.randn(1 << 20, device="cuda")]),
     "conv_plus_epilogue": (ConvPlusEpilogue, lambda: [torch.randn(8, 16, 64, 64, device="cuda")]),
     "matmul_token_kernel": (MatmulTokenKernel, lambda: [torch.randn(1 << 24, device="cuda")]),
     "unjoined_side_stream": (UnjoinedSideStream, lambda: [torch.randn(1 << 24, device="cuda")]),
     "joined_side_stream": (JoinedSideStream, lambda: [torch.randn(1 << 22, device="cuda")]),
+    "joined_two_side_streams": (JoinedTwoSideStreams, lambda: [torch.randn(1 << 22, device="cuda")]),
+    "second_side_stream_unjoined": (SecondSideStreamUnjoined, lambda: [torch.randn(1 << 24, device="cuda")]),
+    "side_stream_without_wait": (SideStreamWithoutWait, lambda: [torch.randn(1 << 22, device="cuda")]),
+    "stream_left_switched": (StreamLeftSwitched, lambda: [torch.randn(1 << 22, device="cuda")]),
 }
+# What each case must show (tests/engine/test_attribution.py checks it on a live GPU, and on the
+# recorded file for the cases it holds): the stream evidence KJ-R03 reads.
+EXPECTED_STREAMS = {
+    "own_only": {},
+    "joined_side_stream": {"off_stream": True},
+    "joined_two_side_streams": {"off_stream": True},
+    "unjoined_side_stream": {"off_stream": True, "escaped": True},
+    "second_side_stream_unjoined": {"off_stream": True, "escaped": True},
+    "side_stream_without_wait": {"off_stream": True, "unordered": True},
+    "stream_left_switched": {"switched": True},
+}
+
+
+def record(name: str, device: torch.device) -> dict:
+    """Warm the case's model up outside the trace, then trace one forward call."""
+    model_cls, inputs = CASES[name]
+    model = model_cls().to(device)
+    call_args = inputs()
+    with torch.no_grad():
+        model(*call_args)  # compile and warm up outside the trace
+    torch.cuda.set_stream(torch.cuda.default_stream(device))  # a case may leave another stream current
+    torch.cuda.synchronize()
+    traced = trace_forward(model, call_args, device)
+    torch.cuda.set_stream(torch.cuda.default_stream(device))
+    return traced
 
 
 def main() -> None:
@@ -93,13 +183,8 @@ def main() -> None:
     device = torch.device("cuda", 0)
     traces = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton.__version__,
               "python": platform.python_version(), "cases": {}}
-    for name, (model_cls, inputs) in CASES.items():
-        model = model_cls().to(device)
-        call_args = inputs()
-        with torch.no_grad():
-            model(*call_args)  # compile and warm up outside the trace
-        torch.cuda.synchronize()
-        traces["cases"][name] = trace_forward(model, call_args, device)
+    for name in CASES:
+        traces["cases"][name] = record(name, device)
         print(name, len(traces["cases"][name]["kernels"]), "device activities")
     with open(args.out, "w") as handle:
         json.dump(traces, handle)

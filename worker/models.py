@@ -10,13 +10,16 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 MAX_SOURCE_BYTES = 512 * 1024
 
 
 class EvalStatus(str, Enum):
-    """Verdict of one evaluation. Only `ok` means correct and timed."""
+    """Verdict of one evaluation. Only `ok` means correct and timed. `sandbox_error` is no verdict:
+    the harness failed (the judge ran out of device memory even alone, no sandbox, an engine fault),
+    so the result says nothing about the candidate (`EvalResult.judged` is false): skip the sample
+    or submit it again."""
 
     ok = "ok"
     incorrect = "incorrect"
@@ -37,6 +40,10 @@ class JobStatus(str, Enum):
     done = "done"  # an evaluation was produced, whatever its verdict
     failed = "failed"  # the service could not produce one
     cancelled = "cancelled"
+
+
+# Statuses that are no judgement of the candidate (see EvalResult.judged).
+NON_VERDICT_STATUSES = frozenset({EvalStatus.sandbox_error})
 
 
 class Device(str, Enum):
@@ -195,6 +202,28 @@ class PrecisionReport(BaseModel):
     message: str | None = None
 
 
+class ProbeTrialReport(BaseModel):
+    """One probe trial: a fresh input set of the problem's own, changed to expose reduced precision or
+    skipped elements (worker/engine/sandbox_runtime/probe_inputs.py), judged against its float64 truth
+    with the reference's own error on the same inputs as the yardstick (worker/engine/probes.py)."""
+
+    kind: Literal["scaled", "rounding", "spikes"]
+    inputs: str = Field(description="What was done to the inputs (never where the spikes are).")
+    ran: bool = Field(description="False: the probe was left out (the message says why).")
+    outcome: Literal["ok", "flag", "fail"] | None = Field(default=None, description=(
+        "fail: far beyond the tolerance on the spikes probe (elements skipped), the trial fails correctness; "
+        "flag: far beyond the reference's own error (KJ-R12, lower precision); ok: neither."))
+    reference_error: float | None = Field(default=None, description="RMS error of the reference vs float64.")
+    candidate_error: float | None = Field(default=None, description="RMS error of the candidate vs float64.")
+    ratio: float | None = Field(default=None, description="candidate error / max(reference error, one ulp).")
+    ulps: float | None = Field(default=None, description="candidate error in ulps of the output's RMS.")
+    relative_error: float | None = Field(default=None, description="candidate error / the output's RMS.")
+    non_finite: int = Field(default=0, description=(
+        "Candidate values NaN or Inf where the truth is finite: left out of the errors, not held against it."))
+    index_mismatches: int = Field(default=0, description="Integer output values that differ (spikes probe).")
+    message: str | None = None
+
+
 class InputCheckReport(BaseModel):
     """What the candidate did to its inputs: compared with copies it never held."""
 
@@ -216,6 +245,9 @@ class CorrectnessReport(BaseModel):
     precision: PrecisionReport | None = None
     inputs: InputCheckReport | None = None
     shape_trial: ShapeTrialReport | None = None
+    probes: list[ProbeTrialReport] = Field(default_factory=list, description=(
+        "Probe trials (scaled, rounding, spikes inputs) judged against float64; empty when switched off (KJ-R15) "
+        "or when the problem's own trials failed."))
 
 
 class TimingStats(BaseModel):
@@ -320,6 +352,11 @@ class CoverageReport(BaseModel):
                                           description="Kernels on a stream other than the timed one.")
     escaped_kernels: list[str] = Field(default_factory=list,
                                        description="Off-stream kernels still running when forward returned.")
+    unordered_kernels: list[str] = Field(default_factory=list, description=(
+        "Off-stream kernels that started before the work queued on the timed stream ahead of forward had "
+        "finished: they did not wait for the current stream."))
+    current_stream_switched: bool = Field(default=False, description=(
+        "forward returned with another stream made current than the one it was called on."))
     method: str = Field(description="cupti_kernel_trace (GPU) or interpreter_and_aten_trace (CPU).")
 
 
@@ -350,3 +387,10 @@ class EvalResult(BaseModel):
     environment: EnvironmentInfo | None = None
     candidate_log: str | None = Field(default=None, description="Candidate's own output (logs, never a verdict).")
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @computed_field(description=(  # type: ignore[prop-decorator]
+        "False when the harness failed (status sandbox_error): nothing was judged, `reward` is no score. A trainer "
+        "skips the sample or submits it again; the adapters give it their fallback reward and count it as such."))
+    @property
+    def judged(self) -> bool:
+        return self.status not in NON_VERDICT_STATUSES

@@ -1,11 +1,12 @@
 """Shared pieces of the trainer adapters: labels, completion text, outcomes, batch scoring.
 
 Outcome of one sample (`Outcome`):
-  - the service produced a verdict (job `done`): reward = result.reward, components from the result,
-    `correct` = the verdict's `correct` (true only for status `ok`: a rejected kernel whose outputs
-    matched is not correct);
-  - anything else (bad label, service unreachable, job failed or cancelled, deadline passed):
-    reward = the adapter's `fallback_reward` (default 0.0), `fallback` = 1 and `reason` says why.
+  - the service produced a verdict (job `done`, `result.judged`): reward = result.reward, components from
+    the result, `correct` = the verdict's `correct` (true only for status `ok`: a rejected kernel whose
+    outputs matched is not correct);
+  - anything else (bad label, service unreachable, job failed or cancelled, deadline passed, or a done
+    job whose result is no verdict: status sandbox_error, the harness failed): reward = the adapter's
+    `fallback_reward` (default 0.0), `fallback` = 1 and `reason` says why.
 """
 
 from __future__ import annotations
@@ -133,9 +134,19 @@ def outcome_from_failure(reason: str, fallback_reward: float, job_id: str | None
     return Outcome(fallback_reward, {}, "fallback", reason, job_id)
 
 
+def outcome_from_done(result: EvalResult, job_id: str | None, fallback_reward: float) -> Outcome:
+    """A finished job's outcome: its verdict, or the fallback when the result is no verdict (the harness failed)."""
+    if not result.judged:
+        error = result.error
+        why = f"{error.kind}: {error.message}" if error else "the harness failed"
+        return outcome_from_failure(f"job {job_id}: no verdict ({result.status.value}, {why})"[:2000],
+                                    fallback_reward, job_id)
+    return outcome_from_result(result, job_id)
+
+
 def outcome_from_job(job: Job, fallback_reward: float) -> Outcome:
     if job.status is JobStatus.done and job.result is not None:
-        return outcome_from_result(job.result, job.id)
+        return outcome_from_done(job.result, job.id, fallback_reward)
     if not job.finished:
         return outcome_from_failure(f"job {job.id} still {job.status.value} at the deadline", fallback_reward, job.id)
     return outcome_from_failure(f"job {job.id} {job.status.value}: {job.error_message or 'no reason given'}",

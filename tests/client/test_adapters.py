@@ -15,9 +15,15 @@ import httpx
 import pytest
 
 from kerneljudge.adapters import openrlhf, trl, verifiers, verl
-from kerneljudge.adapters.common import outcome_from_failure, outcome_from_result, parse_reference_label
+from kerneljudge.adapters.common import (
+    outcome_from_failure,
+    outcome_from_job,
+    outcome_from_result,
+    parse_reference_label,
+)
 from kerneljudge.client import KernelJudgeClient
-from worker.models import EvalResult, EvalStatus
+from kerneljudge.models import Job, JobStatus
+from worker.models import ErrorInfo, EvalResult, EvalStatus
 
 from .conftest import GOOD, REFERENCE, WRONG
 
@@ -159,6 +165,18 @@ def test_openrlhf_response_shape():
     assert response.reasons[0] is None and response.reasons[1] == "worker lost"
     assert response.job_ids == ["j1", "j2", None, "j4"]
     json.dumps(response.model_dump())
+
+
+def test_a_result_that_is_no_verdict_gets_the_fallback_reward_with_its_reason():
+    """status sandbox_error (the judge ran out of memory even alone, say) judges nothing: never a silent 0."""
+    harness = EvalResult(status=EvalStatus.sandbox_error, compiled=True,
+                         error=ErrorInfo(kind="judge_out_of_memory", message="the judge ran out of device memory"))
+    assert not harness.judged
+    outcome = outcome_from_job(Job(id="j1", status=JobStatus.done, result=harness), fallback_reward=-0.25)
+    assert outcome.fallback and outcome.reward == -0.25 and outcome.metrics()["fallback"] == 1.0
+    assert "no verdict" in outcome.reason and "judge_out_of_memory" in outcome.reason
+    judged = EvalResult(status=EvalStatus.incorrect, compiled=True, reward=0.0)
+    assert not outcome_from_job(Job(id="j2", status=JobStatus.done, result=judged), fallback_reward=-0.25).fallback
 
 
 # --- verifiers ------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.record_kernel_traces import EXPECTED_STREAMS
 from worker.engine.attribution import attribute, kernel_base_name
+from worker.engine.verification import STREAM_RULE, Observations, runtime_rules
+from worker.models import PolicyConfig
 
 TRACES = json.loads((Path(__file__).parent / "data" / "kernel_traces_h100.json").read_text())["cases"]
 OWN = frozenset({"silu_kernel"})
@@ -57,6 +60,71 @@ def test_an_unjoined_side_stream_escapes_the_timed_window():
 def test_a_joined_side_stream_is_off_stream_but_does_not_escape():
     report = _report("joined_side_stream").report
     assert report.off_stream_kernels == ["silu_kernel"] and report.escaped_kernels == []
+    assert report.unordered_kernels == [] and not report.current_stream_switched
+
+
+@pytest.mark.parametrize(("case", "verdict"), [("joined_side_stream", None), ("unjoined_side_stream", "reject")])
+def test_streams_are_judged_at_run_time_from_the_recorded_trace(case, verdict):
+    """KJ-R03 from what CUPTI recorded: a side stream joined before forward returns is fine; one
+    left running is rejected, with its kernel named."""
+    observations = Observations(device="cuda", attribution=_report(case))
+    hit = next((h for h in runtime_rules(observations, PolicyConfig()) if h.rule == STREAM_RULE), None)
+    assert (hit.severity if hit else None) == verdict
+    if hit:
+        assert "still running after forward returned: silu_kernel" in hit.evidence
+
+
+def _stream_evidence(raw: dict) -> dict:
+    report = attribute(raw, OWN, "cuda").report
+    found = {"off_stream": bool(report.off_stream_kernels), "escaped": bool(report.escaped_kernels),
+             "unordered": bool(report.unordered_kernels), "switched": report.current_stream_switched}
+    return {key: True for key, value in found.items() if value}
+
+
+@pytest.mark.parametrize("case", sorted(set(TRACES) & set(EXPECTED_STREAMS)))
+def test_recorded_stream_evidence(case):
+    assert _stream_evidence(TRACES[case]) == EXPECTED_STREAMS[case]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(EXPECTED_STREAMS))
+def test_stream_evidence_recorded_live(case):
+    """The recorder's cases traced on this GPU now (benchmarks/record_kernel_traces.py): joined side
+    streams (one or two) show no escape; unjoined, unwaited or left-current streams do."""
+    import torch
+
+    from benchmarks.record_kernel_traces import record
+
+    assert _stream_evidence(record(case, torch.device("cuda", 0))) == EXPECTED_STREAMS[case]
+
+
+def _framed_call(side_start: int, side_end: int) -> dict:
+    """Events shaped like a GPU trace: the start marker (ends at 20), the forward range (launches
+    from 30 to 100), one kernel on side stream 9, and the end marker (starts at 200)."""
+    return {
+        "forward_label": "F", "launch_prefix": "L::",
+        "cpu": [{"name": "aten::add_", "corr": 1, "span": [0, 5], "tid": 1},
+                {"name": "F", "corr": 2, "span": [30, 100], "tid": 1},
+                {"name": "aten::add_", "corr": 3, "span": [150, 155], "tid": 1}],
+        "kernels": [{"name": "marker", "kind": "kernel", "stream": 7, "span": [10, 20], "linked": 1},
+                    {"name": "side_kernel", "kind": "kernel", "stream": 9, "span": [side_start, side_end],
+                     "linked": 0},
+                    {"name": "marker", "kind": "kernel", "stream": 7, "span": [200, 210], "linked": 3}],
+    }
+
+
+def test_side_stream_work_must_start_after_the_timed_streams_earlier_work():
+    own = frozenset({"side_kernel"})
+    ordered = attribute(_framed_call(40, 190), own, "cuda").report
+    assert ordered.off_stream_kernels == ["side_kernel"]
+    assert ordered.unordered_kernels == [] and ordered.escaped_kernels == []
+    # Started while the start marker (behind the L2 flush) still ran: it never waited for the stream.
+    early = attribute(_framed_call(15, 190), own, "cuda").report
+    assert early.unordered_kernels == ["side_kernel"] and early.escaped_kernels == []
+    late = attribute(_framed_call(40, 250), own, "cuda").report
+    assert late.escaped_kernels == ["side_kernel"] and late.unordered_kernels == []
+    switched = attribute({**_framed_call(40, 190), "current_stream_switched": True}, own, "cuda").report
+    assert switched.current_stream_switched
 
 
 def test_without_a_matching_name_nothing_is_own_and_defined_kernels_are_listed_as_not_launched():

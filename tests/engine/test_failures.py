@@ -154,11 +154,11 @@ def test_unsandboxed_debug_mode_says_so(run_eval):
 
 
 def test_a_candidate_failing_during_timing_cannot_pass_its_error_off_as_the_reference(run_eval):
-    # Honest for the 2 trials, the doubled batch and the kernel trace; then raises while being timed,
-    # with a message that names the reference.
+    # Honest for the 2 trials, the probe trials (3 at most), the doubled batch and the kernel trace; then
+    # raises while being timed, with a message that names the reference.
     candidate = triton_candidate('''
 self.calls = getattr(self, "calls", 0) + 1
-if self.calls > 4:
+if self.calls > 7:
     raise RuntimeError("reference timing: the reference is broken")
 ''' + LAUNCH + "return y")
     result = run_eval(SILU_REFERENCE, candidate, trials=2, timing=True, timing_budget_s=0.2,

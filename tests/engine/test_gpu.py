@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.redteam.corpus import load_corpus
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
 from tests.engine.test_failures import NO_STATIC_POLICY
 from tests.problems_util import load_problem
@@ -65,14 +66,12 @@ def test_illegal_memory_access_is_contained_and_the_next_job_is_fine(run_eval):
     assert good.status == EvalStatus.ok, good.error
 
 
-def test_work_on_a_side_stream_is_flagged(run_eval):
-    from worker.models import PolicyConfig
-
-    # The static side-stream rule only flags; switch it off to see the runtime check alone.
-    result = run_eval(BIG_SILU_REFERENCE, SIDE_STREAM, device="cuda", timing=True, timing_budget_s=0.5,
-                      policy=PolicyConfig(disabled_rules=["KJ301"]))
-    assert result.flagged
-    assert any(hit.rule == "KJ-R03-work-outside-timed-stream" for hit in result.rules), result.rules
+def test_work_left_running_on_a_side_stream_is_rejected(run_eval):
+    # No static rule reads streams: the kernel trace decides (KJ-R03), naming the kernel.
+    result = run_eval(BIG_SILU_REFERENCE, SIDE_STREAM, device="cuda", timing=True, timing_budget_s=0.5)
+    assert result.status == EvalStatus.rejected, result.rules
+    hit = next(hit for hit in result.rules if hit.rule == "KJ-R03-work-outside-timed-stream")
+    assert hit.severity == "reject" and "silu_kernel" in hit.evidence
     assert "silu_kernel" in result.coverage.escaped_kernels
     assert result.reward == 0.0
 
@@ -89,10 +88,19 @@ JOINED_SIDE_STREAM = triton_candidate('''
 ''')
 
 
-def test_a_side_stream_joined_back_is_not_flagged(run_eval):
-    result = run_eval(BIG_SILU_REFERENCE, JOINED_SIDE_STREAM, device="cuda", timing=True, timing_budget_s=0.5)
+TWO_JOINED_SIDE_STREAMS = next(case for case in load_corpus() if case.id == "honest_triton_two_streams")
+
+
+@pytest.mark.parametrize(("reference", "candidate"), [
+    (BIG_SILU_REFERENCE, JOINED_SIDE_STREAM),
+    (TWO_JOINED_SIDE_STREAMS.reference_source, TWO_JOINED_SIDE_STREAMS.candidate_source),
+], ids=["one", "two"])
+def test_side_streams_joined_back_are_accepted(run_eval, reference, candidate):
+    result = run_eval(reference, candidate, device="cuda", timing=True, timing_budget_s=0.5)
     assert result.status == EvalStatus.ok and not result.flagged, result.rules
-    assert result.coverage.off_stream_kernels == ["silu_kernel"] and not result.coverage.escaped_kernels
+    coverage = result.coverage
+    assert len(coverage.off_stream_kernels) == 1 and not coverage.escaped_kernels, coverage
+    assert not coverage.unordered_kernels and not coverage.current_stream_switched, coverage
 
 
 HIDDEN_TORCH_SILU = triton_candidate('''

@@ -4,6 +4,7 @@ it keeps, checks shapes and dtypes before it reads anything, and never hands tho
 from __future__ import annotations
 
 import io
+import textwrap
 import time
 
 import pytest
@@ -11,9 +12,11 @@ import torch
 
 from tests.engine.conftest import SILU_REFERENCE
 from worker.engine.judge import JudgeSession
+from worker.engine.launch import UserFailure
 from worker.engine.reference_cache import new_seeds
 from worker.engine.sandbox.process import PAYLOAD_KEY
 from worker.engine.sandbox_runtime import wire
+from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS
 from worker.models import EvalOptions
 
 
@@ -44,11 +47,13 @@ def _as_reply(value: object) -> dict:
             PAYLOAD_KEY: stream.getvalue()}
 
 
-def _run_reply(trials: list[list], transform) -> dict:
+def _run_reply(trials: list[list], transform, probe_transform=None) -> dict:
+    """SiLU of every trial, `transform`ed; the probe trials (after the problem's two) by `probe_transform`."""
     entries = []
-    for args in trials:
+    for index, args in enumerate(trials):
         x = args[0]
-        entries.append({"kind": "tensor", "tensors": [transform(x * torch.sigmoid(x))], "aliases": [],
+        change = transform if index < 2 or probe_transform is None else probe_transform
+        entries.append({"kind": "tensor", "tensors": [change(x * torch.sigmoid(x))], "aliases": [],
                         "inputs_after": [x.clone()]})
     return _as_reply({"trials": entries, "shape_trials": []})
 
@@ -56,7 +61,37 @@ def _run_reply(trials: list[list], transform) -> dict:
 def test_the_inputs_the_judge_sends_hold_no_reference_output(judge):
     inputs = _decoded(judge.inputs(time.monotonic() + 60))
     assert set(inputs) == {"init_inputs", "trials", "pool", "shape_trials"}
-    assert len(inputs["trials"]) == 2 and inputs["trials"][0][0].shape == (1000,)
+    # The problem's two trials, then the probe trials the reference keeps, indistinguishable in the protocol.
+    assert len(inputs["trials"]) > 2 and all(args[0].shape == (1000,) for args in inputs["trials"])
+
+
+def _probe(report, kind: str):
+    return next(p for p in report.probes if p.kind == kind)
+
+
+def test_probe_trials_flag_half_precision_and_fail_a_skipped_element(judge):
+    trials = _decoded(judge.inputs(time.monotonic() + 60))["trials"]
+    honest = judge.compare(_run_reply(trials, lambda y: y), time.monotonic() + 60).report
+    assert honest.passed and sorted(p.kind for p in honest.probes) == sorted(PROBE_KINDS)
+    kept = [p for p in honest.probes if p.ran]
+    assert len(kept) == len(trials) - 2 and all(p.outcome == "ok" for p in kept), honest.probes
+    # SiLU adds a nonlinearity to its inputs: it does not round on scaled inputs as on the others.
+    assert not _probe(honest, "scaled").ran and "would say nothing" in _probe(honest, "scaled").message
+
+    half = judge.compare(_run_reply(trials, lambda y: y, lambda y: y.half().float()), time.monotonic() + 60).report
+    rounding = _probe(half, "rounding")
+    assert half.passed and rounding.outcome == "flag" and rounding.ratio > 1000, half.probes
+    assert "lower precision" in rounding.message and "round toward zero" in rounding.message
+
+    def skip_largest(y):  # leaves out the element that carries the most (on the spikes probe: a spike)
+        y = y.clone()
+        y[y.abs().argmax()] = 0.0
+        return y
+
+    skipped = judge.compare(_run_reply(trials, lambda y: y, skip_largest), time.monotonic() + 60).report
+    spikes = _probe(skipped, "spikes")
+    assert not skipped.passed and spikes.outcome == "fail", skipped.probes
+    assert "skips input elements" in spikes.message and spikes.relative_error > 1e-3
 
 
 def test_honest_outputs_pass_and_wrong_ones_fail_with_the_reason(judge):
@@ -86,3 +121,31 @@ def test_a_reply_that_is_not_a_run_reply_is_invalid_output(judge):
                PAYLOAD_KEY: b"\0"}
     assert judge.compare(garbage, time.monotonic() + 60).invalid
     assert judge.alive
+
+
+# The reference runs beside the comparison code in the judge: here it makes that code run out of memory,
+# the way comparing a 20 GiB output beside other jobs did on a GPU.
+COMPARISON_OUT_OF_MEMORY_REFERENCE = SILU_REFERENCE + textwrap.dedent('''
+    import worker.engine.correctness as comparison
+
+    def _out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    comparison.compare_with_truth = _out_of_memory
+''')
+
+
+def test_a_judge_out_of_memory_while_comparing_is_reported_as_such(settings):
+    options = EvalOptions(trials=2, seed=11)
+    session = JudgeSession(COMPARISON_OUT_OF_MEMORY_REFERENCE, options, settings)
+    try:
+        session.start(new_seeds(options.seed, options.trials, settings.timing_pool_size), time.monotonic() + 120,
+                      shape_max_bytes=settings.shape_trial_max_bytes)
+        trials = _decoded(session.inputs(time.monotonic() + 60))["trials"]
+        with pytest.raises(UserFailure) as failure:
+            session.compare(_run_reply(trials, lambda y: y), time.monotonic() + 60)
+        # out_of_memory, not runtime_error: the device stage retries it alone, then reports no verdict.
+        assert failure.value.kind == "out_of_memory"
+        assert "while comparing" in failure.value.message and "20.00 GiB" in failure.value.message
+    finally:
+        session.close()

@@ -1,7 +1,7 @@
 """Every red-team and honest case that runs without a GPU goes through the whole engine here.
 
 Attacks must be caught (rejected, flagged, or failed with a non-ok verdict); honest kernels must
-be accepted (a flag is allowed only for the multi-stream ones). The GPU cases run on the device:
+be accepted (a flag only where the manifest expects one). The GPU cases run on the device:
 benchmarks/results/redteam_gpu_*.md.
 """
 

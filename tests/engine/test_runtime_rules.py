@@ -103,9 +103,10 @@ silu_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
 self.saved = y
 return y
 ''')
-    # The doubled-batch trial is the fourth call and would catch the replay first (KJ-R09); off
-    # here, so that the check on timed outputs is what is tested.
-    policy = NO_STATIC_POLICY.model_copy(update={"disabled_rules": [*NO_STATIC_POLICY.disabled_rules, "KJ-R09"]})
+    # The probe trials (calls 4 and on) and the doubled-batch trial would catch the replay first
+    # (KJ-R15, KJ-R09); off here, so that the check on timed outputs is what is tested.
+    policy = NO_STATIC_POLICY.model_copy(update={"disabled_rules": [*NO_STATIC_POLICY.disabled_rules, "KJ-R09",
+                                                                    "KJ-R15"]})
     result = run_eval(SILU_REFERENCE, candidate, trials=3, timing=True, timing_budget_s=0.3, timing_min_runs=4,
                       policy=policy)
     assert result.status == EvalStatus.rejected

@@ -134,3 +134,43 @@ def test_square_matmul_doubles_the_left_operand_only(run_eval):
     trial = result.correctness.shape_trial
     assert trial.ran and trial.passed
     assert trial.shapes == [[128, 64], [64, 64]]
+
+
+# At another batch a library may pick another algorithm that rounds more (cuDNN does): here the
+# reference's float32 path rounds to half precision above the problem's batch (its float64 run does
+# not). The trial is judged against the float64 truth at that shape and the reference's own error
+# there, not against the reference's rounding.
+ROUNDING_AT_SCALE_REFERENCE = SILU_REFERENCE.replace('''        return x * torch.sigmoid(x)''', '''        y = x * torch.sigmoid(x)
+        if x.shape[0] > N and x.dtype == torch.float32:  # another float32 algorithm at a larger batch
+            y = y.half().float()
+        return y''')
+
+# Rounds too at the larger batch, elsewhere (its input): off the fp32 reference by about the
+# reference's own error there, in other places.
+ALSO_ROUNDING_SILU = triton_candidate('''
+    if x.shape[0] > 1000:
+        x = x.half().float()
+    y = torch.empty_like(x)
+    n = x.numel()
+    silu_kernel[(triton.cdiv(n, 256),)](x, y, n, BLOCK=256)
+    return y
+''')
+
+
+def test_the_doubled_batch_is_judged_against_float64_and_the_references_own_error(run_eval):
+    assert ROUNDING_AT_SCALE_REFERENCE != SILU_REFERENCE
+    exact = run_eval(ROUNDING_AT_SCALE_REFERENCE, HONEST_SILU)
+    assert exact.status == EvalStatus.ok and not exact.flagged, exact.rules
+    assert exact.correctness.shape_trial.passed and "float64 ground truth" in exact.correctness.shape_trial.message
+
+    rounding = run_eval(ROUNDING_AT_SCALE_REFERENCE, ALSO_ROUNDING_SILU)
+    assert rounding.status == EvalStatus.ok and not rounding.flagged, rounding.rules
+    trial = rounding.correctness.shape_trial
+    assert trial.passed and "the reference's own max abs error against float64 at this shape" in trial.message
+    assert trial.result.max_abs_error > 1e-4, "outside the plain tolerance: only the reference's own error admits it"
+
+    hard_coded = run_eval(ROUNDING_AT_SCALE_REFERENCE, HARD_CODED_SILU)
+    hit = _hit(hard_coded)
+    assert hard_coded.flagged and hit is not None, hard_coded.rules
+    assert "against float64" in hit.evidence and "the reference's own max abs error" in hit.evidence
+    assert "[[1000]] -> [[2000]]" in hit.evidence

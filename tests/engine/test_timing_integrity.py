@@ -63,6 +63,15 @@ def test_an_honest_candidate_agrees_with_the_supervisors_clock(settings):
 
 @pytest.mark.gpu
 def test_forged_cuda_events_are_rejected_on_the_gpu(settings):
+    # The add kernel runs a few microseconds: within what the supervisor's clock resolves per call, so on
+    # a GPU the kernel trace's busy time is the evidence that catches it when the clock cannot.
     result = _evaluate(settings, FORGERY.reference_source, FORGERY.candidate_source, device="cuda",
                        disabled=("KJ-R01",))
-    _assert_forgery_rejected_by_the_clock(result)
+    assert result.status == EvalStatus.rejected and result.reward == 0.0, (result.status, result.rules)
+    hits = {h.rule.split("-", 2)[1] if h.rule.startswith("KJ-R") else h.rule: h for h in result.rules
+            if h.severity == "reject"}
+    assert hits.keys() & {"R20", "R04"}, result.rules
+    if "R04" in hits:
+        assert "kernels busy" in hits["R04"].evidence
+    if "R20" in hits:
+        assert not result.timing.clock_check.passed

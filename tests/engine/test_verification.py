@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from worker.engine.attribution import Attribution
-from worker.engine.verification import Observations, runtime_rules
-from worker.models import CoverageReport, InputCheckReport, KernelSummary, PolicyConfig, PrecisionReport
+from worker.engine.verification import STREAM_RULE, Observations, runtime_rules
+from worker.models import (
+    CoverageReport,
+    InputCheckReport,
+    KernelSummary,
+    PolicyConfig,
+    PrecisionReport,
+    ProbeTrialReport,
+)
 
 OWN = KernelSummary(name="my_kernel", launches=1, ms=1.0, share=0.5)
 LIBRARY = KernelSummary(name="sm90_xmma_gemm", launches=1, ms=1.0, share=0.5, op="aten::mm")
@@ -31,9 +38,19 @@ def test_reported_time_far_below_the_kernels_gpu_time_is_flagged_beyond_noise():
     assert "R04" not in _rules(attribution=_attribution(busy_ms=1.0), candidate_device_median_ms=0.9)
 
 
-def test_kernels_still_running_after_forward_are_flagged():
-    assert "R03" in _rules(attribution=_attribution(escaped=("side_kernel",)))
+def test_work_escaping_the_timed_stream_is_rejected_with_the_kernels_named():
     assert "R03" not in _rules(attribution=_attribution())
+    escaped = _attribution(escaped=("side_kernel",))
+    unordered = _attribution()
+    unordered.report.unordered_kernels = ["early_kernel"]
+    switched = _attribution()
+    switched.report.current_stream_switched = True
+    for attribution, evidence in ((escaped, "still running after forward returned: side_kernel"),
+                                  (unordered, "no wait on it): early_kernel"),
+                                  (switched, "another stream made current")):
+        hits = runtime_rules(Observations(device="cuda", attribution=attribution), PolicyConfig())
+        hit = next(h for h in hits if h.rule == STREAM_RULE)
+        assert hit.severity == "reject" and evidence in hit.evidence
 
 
 def test_no_own_kernel_is_rejected_in_both_profiles_and_library_compute_only_under_full():
@@ -51,6 +68,17 @@ def test_numeric_rules_fire_on_their_findings():
     assert "R12" not in _rules(precision=worse.model_copy(update={"passed": True}))
     inputs = InputCheckReport(mutated=["trial 0, input 0: 4 of 4 values changed"], aliased=["trial 0: output 0 ..."])
     assert {"R13", "R14"} <= _rules(inputs=inputs)
+
+
+def test_a_flagged_probe_trial_is_kj_r12_with_the_probe_and_both_errors_named():
+    flagged = ProbeTrialReport(kind="rounding", inputs="values moved within their bfloat16 cells", ran=True,
+                               outcome="flag", reference_error=1e-7, candidate_error=1e-3, ratio=1e4)
+    hits = runtime_rules(Observations(device="cpu", probes=[flagged]), PolicyConfig())
+    hit = next(h for h in hits if h.rule == "KJ-R12-precision-loss")
+    assert hit.severity == "flag" and "probe 'rounding' (values moved within their bfloat16 cells)" in hit.evidence
+    assert "candidate 0.001" in hit.evidence and "reference 1e-07" in hit.evidence
+    passed = flagged.model_copy(update={"outcome": "ok"})
+    assert "R12" not in _rules(probes=[passed])
 
 
 def test_a_disabled_runtime_rule_does_not_fire():

@@ -32,9 +32,9 @@ def test_engine_run_uses_the_case_profile_and_disabled_rules():
                                flagged=False, error=None)
 
     full = CASES["c1_trivial_kernel_heavy_torch"]
-    outcome = run_engine(full, ["KJ301"], Device.cpu, evaluate, 60.0)
+    outcome = run_engine(full, ["KJ302"], Device.cpu, evaluate, 60.0)
     assert requests[-1].options.policy.profile == "full"
-    assert requests[-1].options.policy.disabled_rules == ["KJ301"]
+    assert requests[-1].options.policy.disabled_rules == ["KJ302"]
     assert (outcome.got, outcome.outcome, outcome.as_expected) == ("rejected:KJ-R11", CAUGHT, True)
 
     partial = CASES["c1_torch_matmul_in_forward"]

@@ -7,6 +7,12 @@ and the kernel names the candidate's source defines (worker/engine/kernel_names.
 - library: everything else (ATen compute, cuBLAS/cuDNN called directly, ...).
 coverage = own time / (own + library time), GPU time on GPU, host time on CPU (where Triton runs
 in its interpreter and an ATen operator stands for the kernels it would launch).
+
+Streams (GPU): the harness frames the call with marker kernels on the timed stream (see
+sandbox_runtime/kernel_trace.py). Kernels on other streams are fine when they are ordered between
+the markers: they waited for the timed stream before starting and were joined back before forward
+returned. Work that started before the first marker ended (it overlaps the timer's L2 flush) or
+was still running when the second began escapes the timer (KJ-R03): those kernels are named.
 """
 
 from __future__ import annotations
@@ -154,11 +160,9 @@ def attribute(raw: dict, own_names: frozenset[str], device: str) -> Attribution 
     cpu = raw.get("cpu") or []
     forward = next((e["span"] for e in cpu if e["name"] == raw.get("forward_label")), None)
     ops = _TopLevelOps([e for e in cpu if e["name"].startswith("aten::")])
-    escaped: list[str] = []
-    off_stream: list[str] = []
-    busy_ns = 0
+    streams = _Streams()
     if device == "cuda":
-        records, escaped, off_stream, busy_ns = _gpu_records(raw, cpu, forward, ops, own_names)
+        records, streams = _gpu_records(raw, cpu, forward, ops, own_names)
         method = "cupti_kernel_trace"
     else:
         records = _cpu_records(raw, cpu, forward, ops)
@@ -176,15 +180,27 @@ def attribute(raw: dict, own_names: frozenset[str], device: str) -> Attribution 
         own_ms=own_ns / 1e6, library_ms=library_ns / 1e6, plumbing_ms=plumbing_ns / 1e6,
         own_kernels=own, library_kernels=library[:TOP_LIBRARY],
         own_kernels_not_launched=not_launched[:MAX_NAMES],
-        off_stream_kernels=sorted(set(off_stream))[:MAX_NAMES], escaped_kernels=sorted(set(escaped))[:MAX_NAMES],
-        method=method,
+        off_stream_kernels=sorted(set(streams.off_stream))[:MAX_NAMES],
+        escaped_kernels=sorted(set(streams.escaped))[:MAX_NAMES],
+        unordered_kernels=sorted(set(streams.unordered))[:MAX_NAMES],
+        current_stream_switched=bool(raw.get("current_stream_switched")), method=method,
     )
+    busy_ns = _busy_ns([r.span for r in records if r.span])
     return Attribution(report=report, truncated=bool(raw.get("truncated")), forward_gpu_ms=busy_ns / 1e6,
                        library_records=library)
 
 
+@dataclass
+class _Streams:
+    """Base names of the forward's kernels on streams other than the timed one."""
+
+    off_stream: list[str] = field(default_factory=list)
+    escaped: list[str] = field(default_factory=list)  # still running when the end marker started
+    unordered: list[str] = field(default_factory=list)  # started before the start marker ended
+
+
 def _gpu_records(raw: dict, cpu: list[dict], forward: list[int] | None, ops: _TopLevelOps,
-                 own_names: frozenset[str]) -> tuple[list[_Record], list[str], list[str], int]:
+                 own_names: frozenset[str]) -> tuple[list[_Record], _Streams]:
     """A kernel links to the frontend event (ATen operator or labelled range) open when it launched;
     the outermost ATen operator around that event says who launched it. Kernels launched outside
     the forward's range are the harness's markers on the timed stream, one before and one after."""
@@ -205,9 +221,10 @@ def _gpu_records(raw: dict, cpu: list[dict], forward: list[int] | None, ops: _To
     before = [k for t, k in markers if forward is not None and t < forward[0]]
     after = [k for t, k in markers if forward is not None and t > forward[1]]
     timed_stream = before[-1]["stream"] if before else None
+    start_marker_end = before[-1]["span"][1] if before else None
     end_marker_start = after[0]["span"][0] if after else None
     records: list[_Record] = []
-    escaped, off_stream = [], []
+    streams = _Streams()
     for kernel, launch in inside:
         name, span = kernel["name"], (kernel["span"][0], kernel["span"][1])
         duration = max(span[1] - span[0], 0)
@@ -224,10 +241,12 @@ def _gpu_records(raw: dict, cpu: list[dict], forward: list[int] | None, ops: _To
             kind = "library" if LIBRARY_NAME.search(name) else "own"
         records.append(_Record(name, kind, duration, op, kernel["stream"], span))
         if timed_stream is not None and kernel["stream"] != timed_stream:
-            off_stream.append(base)
+            streams.off_stream.append(base)
             if end_marker_start is not None and span[1] > end_marker_start:
-                escaped.append(base)
-    return records, escaped, off_stream, _busy_ns([r.span for r in records if r.span])
+                streams.escaped.append(base)
+            if start_marker_end is not None and span[0] < start_marker_end:
+                streams.unordered.append(base)
+    return records, streams
 
 
 def _cpu_records(raw: dict, cpu: list[dict], forward: list[int] | None, ops: _TopLevelOps) -> list[_Record]:

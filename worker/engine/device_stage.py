@@ -38,7 +38,7 @@ from .sandbox.process import PAYLOAD_KEY
 from .sandbox_pool import PoolEmpty, WarmRunner, pool_for
 from .settings import EngineSettings
 from .timing_protocol import PairedWindow, TimedBlock, measure_paired
-from .verification import SHAPE_RULE, TAMPER_RULE, Observations, runtime_rules
+from .verification import PROBE_RULE, SHAPE_RULE, TAMPER_RULE, Observations, runtime_rules
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class DeviceStage:
         self.options = prepared.request.options
         self.builder = prepared.builder
         self.shape_check = not is_disabled(SHAPE_RULE, self.options.policy.disabled_rules)
+        self.probe_check = not is_disabled(PROBE_RULE, self.options.policy.disabled_rules)
         self.profile = self.options.policy.profile or "partial"
         self.cache = cache_for(settings)
         self._begin_pass()
@@ -157,11 +158,15 @@ class DeviceStage:
             self._judge_healthy = False
             self._note_memory(wrapped.failure)
             log.warning("judge failed while %s: %s", wrapped.during, wrapped.failure.message)
+            # No verdict either way (EvalResult.judged is false): a device-memory failure is run once more
+            # alone on a shared device (see run), and says whether it already was.
+            memory = wrapped.failure.kind == "out_of_memory"
+            alone = " even alone on the device" if memory and "retried_alone" in self.builder.extra else ""
             return self.builder.fail(
-                EvalStatus.sandbox_error, "judge_failed",
-                f"the judge (the process that holds the reference's outputs and compares) failed while "
-                f"{wrapped.during}: {wrapped.failure.message}; this is not a verdict on the candidate, "
-                "submit it again")
+                EvalStatus.sandbox_error, "judge_out_of_memory" if memory else "judge_failed",
+                f"the judge (the process that holds the reference's outputs and compares) "
+                f"{'ran out of device memory' + alone if memory else 'failed'} while {wrapped.during}: "
+                f"{wrapped.failure.message}; this is not a verdict on the candidate: skip it or submit it again")
 
     # -- the judge ----------------------------------------------------------------------
     def _reference(self) -> CachedReference | EvalResult:
@@ -235,7 +240,8 @@ class DeviceStage:
             if PAYLOAD_KEY not in done:
                 return self.builder.fail(EvalStatus.incorrect, "invalid_output",
                                          "the candidate's outputs could not be read: its reply carried no tensors")
-            comparison: Comparison = self._judge_call("comparing", lambda: judge.compare(done, judge_deadline))
+            comparison: Comparison = self._judge_call(
+                "comparing", lambda: judge.compare(done, judge_deadline, probe_check=self.probe_check))
             if comparison.report is None:
                 return self.builder.fail(EvalStatus.incorrect, "invalid_output", comparison.invalid or "")
             report = comparison.report
@@ -306,6 +312,7 @@ class DeviceStage:
             device=self.options.device.value, attribution=self._attribution, profile=self.profile,
             own_kernels_required=self.options.backend != Backend.pytorch,
             precision=report.precision if report else None, inputs=report.inputs if report else None,
+            probes=report.probes if report else [],
             shape_trial_failure=self._shape_failure, peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
         )
 

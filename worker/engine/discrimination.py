@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..models import DiscriminationReport
-from .correctness import Outputs
+from .correctness import Outputs, worst_abs_difference
 
 SPREAD_FRACTION = 0.25
 # A spread within this many units in the last place of the outputs' magnitude is rounding noise.
@@ -29,18 +29,6 @@ CONSTANT_ULPS = 16
 TRUTH_SIGNAL_FACTOR = 16
 NOT_INPUT_DEPENDENT = ("the reference's output does not depend on its inputs; nothing to discriminate "
                        "(a property of the problem)")
-
-
-def _max_abs_diff(a: Outputs, b: Outputs) -> float:
-    worst = 0.0
-    for x, y in zip(a.tensors, b.tensors, strict=True):
-        if x.shape != y.shape or not x.numel():
-            continue
-        x64, y64 = x.double(), y.double()
-        finite = torch.isfinite(x64) & torch.isfinite(y64)
-        if finite.any():
-            worst = max(worst, float((x64[finite] - y64[finite]).abs().max()))
-    return worst
 
 
 def _noise_floor(outputs: Outputs) -> float:
@@ -54,11 +42,11 @@ def _noise_floor(outputs: Outputs) -> float:
 
 
 def _spread(trials: list[Outputs]) -> float:
-    return max((_max_abs_diff(a, b) for i, a in enumerate(trials) for b in trials[i + 1:]), default=0.0)
+    return max((worst_abs_difference(a, b) for i, a in enumerate(trials) for b in trials[i + 1:]), default=0.0)
 
 
 def _worst_error(expected: list[Outputs], got: list[Outputs]) -> float:
-    return max((_max_abs_diff(e, g) for e, g in zip(expected, got, strict=True)), default=0.0)
+    return max((worst_abs_difference(e, g) for e, g in zip(expected, got, strict=True)), default=0.0)
 
 
 def discriminate(ref_trials: list[Outputs], cand_trials: list[Outputs], perturbed: bool,

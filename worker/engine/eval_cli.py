@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ..models import Device, EvalOptions, EvalRequest, EvalResult, EvalStatus, PolicyConfig, SandboxKind
+from ..models import Device, EvalOptions, EvalRequest, EvalResult, PolicyConfig, SandboxKind
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time torch.compile of the reference (default: on for cuda, off for cpu)")
     parser.add_argument("--disable-rule", action="append", default=[], metavar="RULE",
                         help="switch a policy or runtime rule off for this run (full id or short number, "
-                             "e.g. KJ301 or KJ-R09); repeatable")
+                             "e.g. KJ302 or KJ-R09); repeatable")
     parser.add_argument("--profile", choices=["partial", "full"],
                         help="policy profile: partial (default) or full (every compute kernel must be the candidate's)")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
@@ -66,6 +66,10 @@ def summary(result: EvalResult) -> str:
             state = "not run" if not shape.ran else ("pass" if shape.passed else "FAIL")
             where = f" {shape.problem_shapes} -> {shape.shapes}" if shape.ran else ""
             lines.append(f"shapes:    {state}{where}" + (f"  {shape.message}" if shape.message else ""))
+        for probe in result.correctness.probes:
+            state = probe.outcome or "not run"
+            errors = f"  ratio {probe.ratio:g} to the reference's error" if probe.ratio is not None else ""
+            lines.append(f"probe:     {probe.kind:7s} {state}{errors}" + (f"  {probe.message}" if probe.message else ""))
     if result.coverage:
         c = result.coverage
         own = ", ".join(k.name for k in c.own_kernels[:3]) or "none"
@@ -111,5 +115,4 @@ def run(args: argparse.Namespace) -> int:
     settings.warm_sandboxes = 0
     result = evaluate(request, settings=settings, on_stage=progress)
     print(result.model_dump_json(indent=2) if args.json else summary(result))
-    internal = result.status == EvalStatus.sandbox_error
-    return 3 if internal else 0
+    return 0 if result.judged else 3  # no verdict: the harness failed

@@ -73,6 +73,7 @@ class JudgeSession:
                               sandbox=options.sandbox)
         self.session = RunnerSession(config, settings, limits)
         self.session.process.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
+        self.probe_max_bytes = settings.probe_trial_max_bytes
         self.generated: GeneratedReference | None = None
 
     @property
@@ -96,7 +97,8 @@ class JudgeSession:
 
     def generate(self, seeds: dict, deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
         """Run the reference on every input set and keep the outputs (device work)."""
-        reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes, atol=self.options.atol,
+        reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes,
+                                     probe_max_bytes=self.probe_max_bytes, atol=self.options.atol,
                                      rtol=self.options.rtol, **seeds)
         self.generated = GeneratedReference(
             environment=self.session.environment, shape_info=dict(reply.get("shape_trial") or {}),
@@ -117,16 +119,17 @@ class JudgeSession:
             raise UserFailure("protocol", "the judge sent no inputs")
         return reply
 
-    def compare(self, run_reply: dict, deadline: float) -> Comparison:
+    def compare(self, run_reply: dict, deadline: float, *, probe_check: bool = True) -> Comparison:
         """Compare a candidate's run reply (forwarded as it came: the judge checks shapes and dtypes
-        against the reference's before it reads a byte of it)."""
+        against the reference's before it reads a byte of it). `probe_check`: the job's own switch
+        (a cached judge serves jobs with other policies)."""
         opts = self.options
         from .policy.registry import is_disabled
         from .verification import SHAPE_RULE
 
         reply = self.session.request("compare", deadline, forward=run_reply, atol=opts.atol, rtol=opts.rtol,
                                      shape_check=not is_disabled(SHAPE_RULE, opts.policy.disabled_rules),
-                                     shape_rule=SHAPE_RULE)
+                                     shape_rule=SHAPE_RULE, probe_check=probe_check)
         if reply.get("invalid"):
             return Comparison(None, str(reply["invalid"])[:2000], [])
         return Comparison(CorrectnessReport.model_validate(reply["report"]), None,

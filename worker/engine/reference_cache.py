@@ -76,6 +76,7 @@ class ProblemKey:
     shape_check: bool
     pool_size: int
     shape_max_bytes: int
+    probe_max_bytes: int
     timing: tuple
 
     @classmethod
@@ -85,7 +86,7 @@ class ProblemKey:
             gpu_index=settings.gpu_index, sandbox=options.sandbox, torch=package_version("torch"),
             triton=package_version("triton"), trials=options.trials, atol=options.atol, rtol=options.rtol,
             seed=options.seed, shape_check=shape_check, pool_size=settings.timing_pool_size,
-            shape_max_bytes=settings.shape_trial_max_bytes,
+            shape_max_bytes=settings.shape_trial_max_bytes, probe_max_bytes=settings.probe_trial_max_bytes,
             timing=(options.timing_budget_s, options.timing_target_rse, options.timing_min_runs,
                     options.timing_max_runs),
         )

@@ -6,6 +6,7 @@ import time
 from contextlib import contextmanager
 
 from ..models import (
+    NON_VERDICT_STATUSES,
     Backend,
     CorrectnessReport,
     CoverageReport,
@@ -132,11 +133,14 @@ class ResultBuilder:
         comps = reward.components(compiled=self.compiled, correct=correct, speedup=rewarded,
                                   coverage=self.coverage.share if self.coverage else None,
                                   compile_speedup=compile_speedup)
-        value = reward.compute_reward(
-            self.options.reward_preset, comps, weights=self.options.reward_weights,
-            rejected=status == EvalStatus.rejected, flagged=self.flagged,
-            flagged_reward=self.options.policy.flagged_reward,
-        )
+        if status in NON_VERDICT_STATUSES:
+            comps, value = {}, reward.NO_VERDICT_REWARD  # nothing was judged: no components, no score
+        else:
+            value = reward.compute_reward(
+                self.options.reward_preset, comps, weights=self.options.reward_weights,
+                rejected=status == EvalStatus.rejected, flagged=self.flagged,
+                flagged_reward=self.options.policy.flagged_reward,
+            )
         return EvalResult(
             status=status, compiled=self.compiled, correct=correct and status == EvalStatus.ok,
             flagged=self.flagged, speedup=speedup, reward=value, reward_preset=self.options.reward_preset,

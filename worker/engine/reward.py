@@ -26,7 +26,9 @@ k = compiled, v = coverage):
   custom       sum(weight[name] * component[name]) over the request's `reward_weights`
 
 A `rejected` evaluation gets the preset's floor (0, or -1 for tiered); a `flagged` one gets
-the policy's `flagged_reward` (0 by default).
+the policy's `flagged_reward` (0 by default). A `sandbox_error` is no verdict (the harness failed,
+EvalResult.judged is false): it gets NO_VERDICT_REWARD and no components whatever the preset, and is
+not a score; the trainer adapters give it their fallback reward instead.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+NO_VERDICT_REWARD = 0.0
 COMPONENT_NAMES = ("format", "compiled", "correct", "speedup", "coverage", "compile_speedup")
 BASELINES = ("eager", "compile")
 

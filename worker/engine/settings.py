@@ -51,6 +51,10 @@ class EngineSettings:
     shape_trial_max_bytes: int = 4 * 1024**3
     # Per-candidate Triton caches (keyed by the candidate source's hash; worker/engine/triton_cache.py).
     triton_cache: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "kerneljudge" / "triton-cache")
+
+    # The probe trials (scaled, rounding, spikes inputs) are skipped when one input set or one trial's
+    # outputs exceed this (the judge keeps three more input sets, outputs and float64 truths).
+    probe_trial_max_bytes: int = 1024**3
     # Candidate runners kept started and warm (torch and Triton imported), each used once; 0: none.
     # None: sized by the service's pipeline to its lane (device concurrency + 2), else 1.
     warm_sandboxes: int | None = None
@@ -116,6 +120,8 @@ class EngineSettings:
         settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", settings.timing_pool_size))
         settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES",
                                                             settings.shape_trial_max_bytes))
+        settings.probe_trial_max_bytes = int(os.environ.get("KERNELJUDGE_PROBE_TRIAL_MAX_BYTES",
+                                                            settings.probe_trial_max_bytes))
         settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS") or 0)
         warm = os.environ.get("KERNELJUDGE_WARM_SANDBOXES")
         settings.warm_sandboxes = int(warm) if warm not in (None, "", "auto") else None

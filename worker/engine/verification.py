@@ -5,18 +5,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..models import ClockCheckReport, InputCheckReport, PolicyConfig, PrecisionReport, RuleHit
+from ..models import (
+    ClockCheckReport,
+    CoverageReport,
+    InputCheckReport,
+    PolicyConfig,
+    PrecisionReport,
+    ProbeTrialReport,
+    RuleHit,
+)
 from . import clock_check
 from .attribution import Attribution
 from .policy.registry import is_disabled
 
 SHAPE_RULE = "KJ-R09-shape-specialised"
 TAMPER_RULE = "KJ-R01-tampered-harness"
+STREAM_RULE = "KJ-R03-work-outside-timed-stream"
+# Switches the probe trials off for a job (their precision flags are KJ-R12 hits, their coverage
+# failures fail correctness; see worker/engine/probes.py).
+PROBE_RULE = "KJ-R15-probe-trials"
 
-# A reported time below this share of an independent measurement, by more than the noise
-# measured in the same job (and at least the minimum gap), is flagged (KJ-R04).
+# A reported median below this share of the GPU time the kernel trace saw one call's kernels busy, by
+# more than the noise measured in the same job (and at least the minimum gap), is rejected (KJ-R04): the
+# timed window holds the call's kernels on a cold L2, so an honest median is never below their busy time.
 CLOCK_RATIO = 0.5
-CLOCK_MIN_GAP_MS = 0.05
+CLOCK_MIN_GAP_MS = 0.001
 NOISE_SIGMAS = 3.0
 MAX_EVIDENCE_NAMES = 4
 
@@ -35,6 +48,7 @@ class Observations:
     own_kernels_required: bool = True
     profile: str = "partial"
     precision: PrecisionReport | None = None
+    probes: list[ProbeTrialReport] = field(default_factory=list)
     inputs: InputCheckReport | None = None
     min_bytes: int | None = None
     peak_bandwidth_gbps: float = 0.0
@@ -87,8 +101,9 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
     if obs.shape_trial_failure:
         hits.append(RuleHit(
             rule=SHAPE_RULE, severity="flag",
-            message="the candidate is correct on the problem's shapes but wrong on a doubled batch: it hard-codes "
-                    "the problem's shape (disable KJ-R09 to allow shape-specialised kernels)",
+            message="the candidate is correct on the problem's shapes but not on a doubled batch (a wrong output "
+                    "shape, a failure, or an error against float64 far beyond the reference's own at that shape): "
+                    "it is shape-specialised (disable KJ-R09 to allow shape-specialised kernels)",
             evidence=obs.shape_trial_failure,
         ))
     return [hit for hit in hits if not is_disabled(hit.rule, policy.disabled_rules)]
@@ -99,26 +114,43 @@ def _stream_and_clock_rules(obs: Observations) -> list[RuleHit]:
         return []
     hits = []
     attribution = obs.attribution
-    if attribution and attribution.report.escaped_kernels:
+    escapes = _stream_escapes(attribution.report) if attribution else []
+    if escapes:
         hits.append(RuleHit(
-            rule="KJ-R03-work-outside-timed-stream", severity="flag",
-            message="kernels on another stream were still running when forward returned: that work "
-                    "escapes the timer (join side streams back with current_stream().wait_stream)",
-            evidence=f"still running after forward: {_names(attribution.report.escaped_kernels)}",
+            rule=STREAM_RULE, severity="reject",
+            message="work on another stream was not ordered inside forward: it escapes the timer. Make side "
+                    "streams wait for the current stream before they start (side.wait_stream(current)) and "
+                    "join them back before forward returns (current.wait_stream(side)); leave the current "
+                    "stream as forward found it",
+            evidence="; ".join(escapes),
         ))
     # The reported (event-timed) median against the GPU time the profiler saw the forward's kernels
-    # take: both are device clocks, so CPU load and other jobs on the host do not move the check.
-    # (An outside wall clock was tried too: under concurrent jobs it flagged honest kernels.)
+    # take: both are device clocks, so CPU load and other jobs on the host do not move the check. It
+    # resolves microseconds, where the supervisor's clock (KJ-R20, clock_check) cannot.
     dev, noise = obs.candidate_device_median_ms, NOISE_SIGMAS * obs.candidate_device_std_ms
     if attribution and dev is not None and attribution.forward_gpu_ms > 0:
         gpu = attribution.forward_gpu_ms
         if dev < CLOCK_RATIO * gpu and gpu - dev > max(CLOCK_MIN_GAP_MS, noise):
             hits.append(RuleHit(
-                rule="KJ-R04-timing-disagrees-with-wall-clock", severity="flag",
-                message="the candidate's reported time is far below the GPU time its kernels took",
+                rule="KJ-R04-timing-disagrees-with-wall-clock", severity="reject",
+                message="the candidate's reported time is far below the GPU time its kernels took: its timing "
+                        "samples were forged",
                 evidence=f"reported median {dev:.4f} ms, kernels busy {gpu:.4f} ms in a traced call",
             ))
     return hits
+
+
+def _stream_escapes(report: CoverageReport) -> list[str]:
+    """What the kernel trace shows escaping the timed stream (see worker/engine/attribution.py)."""
+    found = []
+    if report.escaped_kernels:
+        found.append(f"still running after forward returned: {_names(report.escaped_kernels)}")
+    if report.unordered_kernels:
+        found.append(f"started before the current stream's earlier work finished (no wait on it): "
+                     f"{_names(report.unordered_kernels)}")
+    if report.current_stream_switched:
+        found.append("forward returned with another stream made current")
+    return found
 
 
 def _attribution_rules(obs: Observations) -> list[RuleHit]:
@@ -149,13 +181,18 @@ def _attribution_rules(obs: Observations) -> list[RuleHit]:
 
 def _numeric_rules(obs: Observations) -> list[RuleHit]:
     hits = []
+    evidence = []
     if obs.precision and obs.precision.checked and obs.precision.passed is False:
+        evidence.append(f"the problem's trials: RMS error vs float64: candidate {obs.precision.candidate_error:.3g}, "
+                        f"reference {obs.precision.reference_error:.3g} ({obs.precision.ratio:g}x)")
+    evidence += [f"probe '{p.kind}' ({p.inputs}): RMS error vs float64: candidate {p.candidate_error:.3g}, "
+                 f"reference {p.reference_error:.3g} ({p.ratio:g}x)" for p in obs.probes if p.outcome == "flag"]
+    if evidence:
         hits.append(RuleHit(
             rule="KJ-R12-precision-loss", severity="flag",
-            message="the candidate's error against a float64 run is far above the reference's own error: "
-                    "it computes in lower precision than the problem asks for",
-            evidence=f"RMS error vs float64: candidate {obs.precision.candidate_error:.3g}, reference "
-                     f"{obs.precision.reference_error:.3g} ({obs.precision.ratio:g}x)",
+            message="the candidate's error against a float64 run is far above the reference's own error on the "
+                    "same inputs: it computes in lower precision than the problem asks for",
+            evidence="; ".join(evidence),
         ))
     if obs.inputs and obs.inputs.mutated:
         hits.append(RuleHit(

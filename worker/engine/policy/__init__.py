@@ -2,10 +2,10 @@
 
     hits = check_candidate(source, backend=None, config=PolicyConfig())
 
-Each `RuleHit` names the rule (`KJ301-side-stream`), its severity (reject|flag),
+Each `RuleHit` names the rule (`KJ302-background-thread`), its severity (reject|flag),
 what the candidate did and why it is not allowed, the line and the offending snippet. The rule
 table lives in `registry.RULES`; `PolicyConfig.disabled_rules` switches rules off per job
-(by full id or by number, e.g. "KJ301").
+(by full id or by number, e.g. "KJ302").
 """
 
 from .checker import check_candidate, detect_backend, verdict

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from worker.models import Backend
@@ -79,10 +79,9 @@ def match_name(name: str, table: Iterable[NameRule]) -> NameRule | None:
     return best
 
 
-def name_findings(ctx: PolicyContext, table: list[NameRule], scope: Iterable[ast.AST] | None = None,
-                  skip: Collection[int] = ()) -> Iterator[Finding]:
-    """Findings for imports and name uses matching `table`, across the module or within `scope`;
-    `skip` holds the ids of name nodes already judged harmless."""
+def name_findings(ctx: PolicyContext, table: list[NameRule], scope: Iterable[ast.AST] | None = None
+                  ) -> Iterator[Finding]:
+    """Findings for imports and name uses matching `table`, across the module or within `scope`."""
     roots = [ctx.facts.tree] if scope is None else list(scope)
     for root in roots:
         for node in ast.walk(root):
@@ -94,8 +93,6 @@ def name_findings(ctx: PolicyContext, table: list[NameRule], scope: Iterable[ast
                     if entry and not (entry.allow and imported == entry.prefix):
                         yield ctx.finding(entry.rule, f"imports {imported}", node)
     for node in _chains(ctx, roots):
-        if id(node) in skip:
-            continue
         name = resolved_name(ctx, node)
         if name is None:
             continue

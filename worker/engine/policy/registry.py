@@ -6,8 +6,9 @@ Threat classes follow issue 4: 1 not a custom kernel, 2 gaming correctness, 3 ga
 4 escaping the harness (0: the source itself cannot be checked).
 
 Only what the source shows unambiguously is a static rule. Whether the candidate's own kernels did
-the work (PyTorch ops, nn layers, vendor libraries, decoy kernels) and whether forward mutates its
-inputs are judged at run time, from the kernels that actually ran, under the job's policy profile.
+the work (PyTorch ops, nn layers, vendor libraries, decoy kernels), whether forward mutates its
+inputs and whether work on other streams is joined back before forward returns (KJ-R03; there is no
+static side-stream rule: KJ301 is retired) are judged at run time, from the kernels that actually ran.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ Severity = Literal["reject", "flag"]
 
 
 def short_id(rule_id: str) -> str:
-    """`KJ301-side-stream` -> `KJ301`; runtime rules keep their prefix: `KJ-R03-...` -> `KJ-R03`."""
+    """`KJ302-background-thread` -> `KJ302`; runtime rules keep their prefix: `KJ-R03-...` -> `KJ-R03`."""
     parts = rule_id.split("-")
     return "-".join(parts[:2]) if parts[0] == "KJ" and len(parts) > 1 else parts[0]
 
@@ -33,7 +34,7 @@ class Rule:
 
     @property
     def number(self) -> str:
-        """The short id (`KJ301`), accepted wherever a full id is."""
+        """The short id (`KJ302`), accepted wherever a full id is."""
         return short_id(self.id)
 
 
@@ -74,9 +75,6 @@ RULES: tuple[Rule, ...] = (
        "the candidate reads or reseeds random number generators, which can be used to predict or "
        "regenerate the secret inputs"),
     # 3. Gaming the timer
-    _R("KJ301-side-stream", "flag", 3,
-       "work on a stream other than the current one can escape the timer; runtime verification checks "
-       "that it is synchronised back before forward returns"),
     _R("KJ302-background-thread", "reject", 3,
        "threads or async tasks can do work outside the timed call"),
     _R("KJ303-monkeypatch", "reject", 3,
@@ -144,7 +142,7 @@ _BY_NUMBER: dict[str, Rule] = {rule.number: rule for rule in RULES}
 
 
 def rule(rule_id: str) -> Rule:
-    """Look a rule up by full id or short number (`KJ301`)."""
+    """Look a rule up by full id or short number (`KJ302`)."""
     found = RULES_BY_ID.get(rule_id) or _BY_NUMBER.get(short_id(rule_id))
     if found is None:
         raise KeyError(f"unknown policy rule {rule_id!r}")

@@ -17,6 +17,10 @@ MEMOIZERS = ("functools.lru_cache", "functools.cache", "functools.cached_propert
 IDENTITY_ATTRS = frozenset({"_version", "_cdata", "_base"})
 IDENTITY_METHODS = frozenset({"data_ptr", "untyped_storage", "storage", "_storage", "storage_offset"})
 CACHE_NAMES = [NameRule("weakref", "KJ312-identity-keyed-cache")]  # memoizers: detect_memoization (KJ314)
+# Stream and event handles hold no values: keeping them on the module (created lazily in forward)
+# caches nothing a later call could replay. What runs on them is judged from the kernel trace.
+STREAM_HANDLES = frozenset({"torch.cuda.Stream", "torch.cuda.Event", "torch.Stream", "torch.Event",
+                            "torch.cuda.current_stream", "torch.cuda.default_stream"})
 
 
 def _self_attr_root(facts, node: ast.AST) -> str | None:
@@ -36,6 +40,15 @@ def _is_allocation(ctx: PolicyContext, value: ast.expr) -> bool:
     return last in ALLOCATION_CALLS
 
 
+def _is_stream_handle(ctx: PolicyContext, value: ast.expr) -> bool:
+    """torch.cuda.Stream() / Event() / current_stream(), or a list, tuple or comprehension of them."""
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return bool(value.elts) and all(_is_stream_handle(ctx, item) for item in value.elts)
+    if isinstance(value, ast.ListComp):
+        return _is_stream_handle(ctx, value.elt)
+    return isinstance(value, ast.Call) and resolved_name(ctx, value.func) in STREAM_HANDLES
+
+
 def detect_state_on_self(ctx: PolicyContext) -> Iterator[Finding]:
     facts = ctx.facts
     state_attrs: dict[str, ast.AST] = {}
@@ -49,6 +62,8 @@ def detect_state_on_self(ctx: PolicyContext) -> Iterator[Finding]:
                     continue
                 writes.add(id(target))
                 whole_attr = facts.is_self_attr(target)
+                if whole_attr and _is_stream_handle(ctx, node.value):
+                    continue
                 if whole_attr and isinstance(node.value, ast.Constant):
                     state_attrs.setdefault(attr, node)  # a counter or a toggle
                 elif whole_attr and _is_allocation(ctx, node.value) and not isinstance(node, ast.AugAssign):

@@ -1,7 +1,8 @@
 """Rules over the candidate's C++/CUDA sources (tokenized, never regex over raw text).
 
 ATen ops and vendor libraries (cuBLAS, cuDNN) called from C++ are not rules here: their kernels
-are seen at run time and judged under the job's policy profile.
+are seen at run time and judged under the job's policy profile. Neither are streams: whether work on
+another stream is joined back before forward returns is read from the kernel trace (KJ-R03).
 
 The same behaviour gets the same rule id in Python and in C++ (spawning a process is KJ404
 whether it is subprocess.run or system()), so a job disables a behaviour in one place.
@@ -35,8 +36,6 @@ CALL_RULES: dict[str, str] = {
                      "pthread_kill", "cudaDeviceReset", "signal", "sigaction", "alarm"), "KJ403-process-exit"),
     **dict.fromkeys(("pthread_create", "async", "thread", "jthread", "cudaLaunchHostFunc", "cudaStreamAddCallback"),
                     "KJ302-background-thread"),
-    **dict.fromkeys(("cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority",
-                     "getStreamFromPool", "getStreamFromExternal", "setCurrentCUDAStream"), "KJ301-side-stream"),
     **dict.fromkeys(("cudaStreamSetAttribute", "cudaCtxResetPersistingL2Cache", "cuStreamSetAttribute",
                      "cudaGraphKernelNodeSetAttribute"), "KJ304-persisting-l2"),
     **dict.fromkeys(("clock", "clock64", "__nanosleep", "nanosleep", "usleep", "sleep"), "KJ315-device-clock-read"),
@@ -56,8 +55,6 @@ IDENT_RULES: dict[str, str] = {
                      "cudaStreamAttributeAccessPolicyWindow", "cudaLaunchAttributeAccessPolicyWindow",
                      "cudaKernelNodeAttributeAccessPolicyWindow", "CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW"),
                     "KJ304-persisting-l2"),
-    **dict.fromkeys(("cudaStreamPerThread", "cudaStreamNonBlocking", "CUDAStreamGuard", "OptionalCUDAStreamGuard"),
-                    "KJ301-side-stream"),
     **dict.fromkeys(("ifstream", "ofstream", "fstream", "filebuf", "FILE"), "KJ406-file-access"),
     **dict.fromkeys(("CUDAGraph", "cudaGraph_t", "cudaGraphExec_t"), "KJ112-cuda-graph"),
     **dict.fromkeys(("chrono",), "KJ308-clock-access"),

@@ -8,13 +8,8 @@ from collections.abc import Iterator
 from .context import NameRule, PolicyContext, name_findings, resolved_name
 from .pyfacts import dotted_qualname
 from .registry import Finding
-from .stream_joins import joined_stream_references
 
 TIMING_NAMES = [
-    *(NameRule(p, "KJ301-side-stream") for p in (
-        "torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.ExternalStream", "torch.cuda.streams",
-        "torch.cuda.set_stream", "torch.Stream", "torch.cuda.StreamContext", "torch.cuda.get_stream_from_external",
-    )),
     *(NameRule(p, "KJ302-background-thread") for p in (
         "threading", "_thread", "concurrent.futures", "asyncio", "sched", "queue", "multiprocessing.dummy",
     )),
@@ -64,8 +59,8 @@ BUILD_ENV_VARS = {"TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TORCH_EXTENSIONS_DIR", "C
 def detect_timing_names(ctx: PolicyContext) -> Iterator[Finding]:
     # Writes (allowed build variables included) are reported once, as writes, not as reads.
     write_lines = {f.line for f in _env_writes(ctx, include_build_vars=True)}
-    # Side streams joined back before forward returns are not reported: timing sees their work.
-    for found in name_findings(ctx, TIMING_NAMES, skip=joined_stream_references(ctx)):
+    # Streams are not here: work left running on another stream is judged from the kernel trace (KJ-R03).
+    for found in name_findings(ctx, TIMING_NAMES):
         if found.rule == "KJ306-env-read" and found.line in write_lines:
             continue
         yield found

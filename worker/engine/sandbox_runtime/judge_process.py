@@ -1,8 +1,9 @@
 """The judge, inside its sandbox: runs the reference, keeps its inputs and outputs, and compares.
 
 A judge never runs candidate code. It generates the input sets from the seeds it is given, runs
-the reference on them (with its float64 ground truth, the degenerate-reference perturbation and
-the doubled-batch trial), and keeps everything in its own memory, outputs on its device. A
+the reference on them (with its float64 ground truth, the degenerate-reference perturbation, the
+doubled-batch trial and the probe trials, see probe_inputs), and keeps everything in its own
+memory, outputs on its device. A
 candidate's outputs arrive as bytes over the pipe (see wire); the judge reads only tensors whose
 shape and dtype are the ones it expects, into fresh storage of its own, then compares on its
 device with the supervisor's comparison code (worker.engine.correctness and friends, mounted read-only).
@@ -15,14 +16,17 @@ compile_baseline), time (the eager reference, or the compiled one with `compiled
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+from dataclasses import dataclass
 
 import torch
 
 from . import reference_checks
 from .compile_baseline import compile_reference
 from .loader import UserCodeError, classify, clone_args, to_device
+from .probe_inputs import PROBE_KINDS, probe_inputs
 from .runner import Runner
 from .shape_variant import input_bytes, input_shapes, wider_batch_plans
 from .wire import Pending, WireError
@@ -30,15 +34,32 @@ from .wire import Pending, WireError
 # The comparison code is the supervisor's own package, mounted read-only (KJ_LIB).
 sys.path.insert(0, os.path.dirname(os.environ.get("KJ_LIB", "/kj/lib/worker")))
 
-from worker.engine import correctness  # noqa: E402
+from worker.engine import correctness, probes  # noqa: E402
 from worker.engine.correctness import MalformedOutputs, Outputs  # noqa: E402
 from worker.engine.discrimination import discriminate  # noqa: E402
 from worker.engine.input_checks import check_inputs  # noqa: E402
 from worker.engine.precision import precision_check  # noqa: E402
-from worker.models import CorrectnessReport, ShapeTrialReport  # noqa: E402
+from worker.models import CorrectnessReport, ProbeTrialReport, ShapeTrialReport  # noqa: E402
 
 # Tensors a candidate's reply may hold besides its outputs: the inputs after the first trials.
 INPUT_CHECK_TRIALS = 2
+
+
+@dataclass
+class ProbeTrial:
+    """A kept probe: its inputs (sent to candidates after the trials'), the reference's output and
+    its float64 truth (on the judge's device)."""
+
+    kind: str
+    description: str
+    args: list
+    output: Outputs
+    truth: Outputs
+
+
+def probe_seed(trial_seeds: list[int]) -> int:
+    """The probes' seed: derived from the secret trial seeds, so as secret and as fresh as they are."""
+    return int.from_bytes(hashlib.sha256(f"probes:{trial_seeds}".encode()).digest()[:7], "big")
 
 
 def _want_matching(items: object, expected: list) -> None:
@@ -63,7 +84,10 @@ class JudgeRunner(Runner):
         self.truths: list[Outputs] = []
         self.ref_pool: list[Outputs] = []
         self.ref_shape: list[Outputs] = []
+        self.shape_truths: list[Outputs] = []
         self.shape_info: dict = {}
+        self.probes: list[ProbeTrial] = []
+        self.probes_left_out: list[ProbeTrialReport] = []
         self.perturbed: list[int] = []
         self.compiled_model = None
         self.compiles = 0  # how many times this judge compiled its reference (once at most)
@@ -94,9 +118,10 @@ class JudgeRunner(Runner):
                          for i, a in enumerate(trials)]
         tolerances = correctness.tolerance_table(command.get("atol"), command.get("rtol"))
         self.perturbed = self._perturb_degenerate(trials, trial_outputs, tolerances)
-        truths, truth_skipped = reference_checks.float64_truth(
-            self.model, trials, lambda model, args: self._call(args, "in Model.forward (float64)", model),
+        double = reference_checks.Float64Reference(
+            self.model, lambda model, args: self._call(args, "in Model.forward (float64)", model),
             lambda args: to_device(args, self.device))
+        truths, truth_skipped = double.truths(trials)
         pool_outputs = [self._call(to_device(clone_args(a), self.device), "in Model.forward (timing inputs)")
                         for a in pool]
         shape_inputs, shape_outputs, self.shape_info = self._shape_trial(command.get("shape_seeds") or [],
@@ -107,18 +132,87 @@ class JudgeRunner(Runner):
         self.truths = [self._kept(o) for o in truths or []]
         self.ref_pool = [self._kept(o) for o in pool_outputs]
         self.ref_shape = [self._kept(o) for o in shape_outputs]
+        self.shape_truths = self._kept_truths(double, shape_inputs)
+        self._probe_trials(probe_seed(command["trial_seeds"]), command.get("probe_max_bytes", 0), trial_outputs[0],
+                           double, truth_skipped)
+        double.close()
         self.pool = [to_device(a, self.device) for a in pool]
         self.channel.send("done", op="generate", shape_trial=self.shape_info, perturbed_trials=self.perturbed,
                           truth_skipped=truth_skipped, tampered=self.integrity.changed(),
                           output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
-                          input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs]),
+                          input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs,
+                                                    [p.args for p in self.probes]]),
                           # What it now holds on its device (sizes the reference cache; memory_budget).
                           device_bytes=torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0)
 
+    def _kept_truths(self, double: reference_checks.Float64Reference, arg_sets: list[list]) -> list[Outputs]:
+        """The float64 truths of some input sets on the device, or none: an extra the judge can do without
+        (the doubled batch is then compared with the reference alone)."""
+        truths = double.truths(arg_sets)[0] if arg_sets else None
+        try:
+            return [self._kept(o) for o in truths or []]
+        except torch.OutOfMemoryError:
+            return []
+
     def _candidate_reply_bytes(self) -> int:
         """The size of an honest candidate's run reply: its outputs and the inputs it sends back."""
-        return (_nbytes(self.ref_trials) + _nbytes(self.ref_shape)
+        return (_nbytes(self.ref_trials) + _nbytes(self.ref_shape) + _nbytes([p.output for p in self.probes])
                 + _nbytes_args(self.trial_inputs[:INPUT_CHECK_TRIALS]))
+
+    def _probe_trials(self, seed: int, max_bytes: int, first_output: dict,
+                      double: reference_checks.Float64Reference, truth_skipped: str | None) -> None:
+        """The probe trials this reference keeps (see probe_inputs and worker.engine.probes): each
+        where the reference runs, stays finite and keeps a sane error against float64."""
+        self.probes, self.probes_left_out = [], []
+
+        def leave_out(kind: str, description: str, why: str) -> None:
+            self.probes_left_out.append(probes.skipped(kind, description, why))
+
+        base = self._inputs(seed)
+        if not self.truths:
+            for kind in PROBE_KINDS:
+                leave_out(kind, probes.DESCRIPTIONS[kind], f"no float64 truth ({truth_skipped})")
+            return
+        # Each kept probe holds its output and float64 truth on the device, for the judge's life.
+        size = max(input_bytes(base), _nbytes(self.ref_trials[:1]))
+        if size > max_bytes:
+            for kind in PROBE_KINDS:
+                leave_out(kind, probes.DESCRIPTIONS[kind], f"one input or output set takes {size} bytes, over the "
+                                                           f"{max_bytes}-byte limit for probe trials")
+            return
+        generator = torch.Generator().manual_seed(seed)
+        unscaled = self._call(to_device(clone_args(base), self.device), "in Model.forward (probe inputs)")
+        for probe in probe_inputs(base, generator):
+            try:
+                out = self._call(to_device(clone_args(probe.args), self.device),
+                                 f"in Model.forward (probe {probe.kind})")
+            except UserCodeError as exc:
+                leave_out(probe.kind, probe.description, f"the reference fails on these inputs: {exc.message[:300]}")
+                continue
+            if not reference_checks.finite_where(first_output, out):
+                leave_out(probe.kind, probe.description, "the reference's output is not finite on these inputs")
+                continue
+            if probe.kind == "scaled" and not probes.scales_exactly(Outputs(out["kind"], out["tensors"]),
+                                                                   Outputs(unscaled["kind"], unscaled["tensors"])):
+                leave_out(probe.kind, probe.description, "the reference does not round on these inputs as on the "
+                                                         "same inputs unscaled (it adds a bias, an eps or a "
+                                                         "nonlinearity to them): the probe would say nothing")
+                continue
+            try:
+                output = self._kept(out)
+            except torch.OutOfMemoryError:  # an extra the judge can do without
+                output = None
+            truths = self._kept_truths(double, [probe.args]) if output is not None else []
+            if not truths:
+                leave_out(probe.kind, probe.description, "no float64 truth on these inputs (the reference does not "
+                                                         "run in float64, or no device memory left for it)")
+                continue
+            truth_kept = truths[0]
+            why = probes.reference_unusable(probe.kind, output, truth_kept, self.ref_trials, self.truths)
+            if why:
+                leave_out(probe.kind, probe.description, why)
+                continue
+            self.probes.append(ProbeTrial(probe.kind, probe.description, probe.args, output, truth_kept))
 
     def _perturb_degenerate(self, trials: list, outputs: list[dict], tolerances: dict) -> list[int]:
         """Scale/shift later trials' inputs when the outputs do not move between trials; returns
@@ -166,7 +260,9 @@ class JudgeRunner(Runner):
         return [], [], {"skipped": "the reference does not accept a doubled batch (" + "; ".join(refused) + ")"}
 
     def op_inputs(self, command: dict) -> None:
-        self.channel.send("done", payload={"init_inputs": self.init_inputs, "trials": self.trial_inputs,
+        # The probes run as further trials: nothing in a candidate's run tells them apart.
+        trials = self.trial_inputs + [p.args for p in self.probes]
+        self.channel.send("done", payload={"init_inputs": self.init_inputs, "trials": trials,
                                            "pool": self.pool_inputs, "shape_trials": self.shape_inputs}, op="inputs")
 
     # -- compare -----------------------------------------------------------------------
@@ -174,11 +270,13 @@ class JudgeRunner(Runner):
         if not isinstance(value, dict):
             return
         trials = value.get("trials")
+        expected = self.ref_trials + [p.output for p in self.probes]
         if isinstance(trials, list):
-            for index, entry in enumerate(trials[:len(self.ref_trials)]):
+            for index, entry in enumerate(trials[:len(expected)]):
                 if isinstance(entry, dict):
-                    _want_matching(entry.get("tensors"), self.ref_trials[index].tensors)
-                    _want_matching(entry.get("inputs_after"), self.trial_inputs[index])
+                    _want_matching(entry.get("tensors"), expected[index].tensors)
+                    if index < len(self.trial_inputs):
+                        _want_matching(entry.get("inputs_after"), self.trial_inputs[index])
         shape = value.get("shape_trials")
         if isinstance(shape, list) and shape and self.ref_shape and isinstance(shape[0], dict):
             _want_matching(shape[0].get("tensors"), self.ref_shape[0].tensors)
@@ -191,23 +289,47 @@ class JudgeRunner(Runner):
         try:
             value = self.channel.read_payload(command, self._choose_run_reply)
             entries = value["trials"]
-            if not isinstance(entries, list) or len(entries) != len(self.ref_trials):
+            expected = len(self.ref_trials) + len(self.probes)
+            if not isinstance(entries, list) or len(entries) != expected:
                 raise MalformedOutputs(f"{len(entries) if isinstance(entries, list) else 'no'} trial outputs, "
-                                      f"expected {len(self.ref_trials)}")
-            cand_trials = [self._on_device(correctness.parse_outputs(e)) for e in entries]
+                                      f"expected {expected}")
+            trial_entries, probe_entries = entries[:len(self.ref_trials)], entries[len(self.ref_trials):]
+            cand_trials = [self._on_device(correctness.parse_outputs(e)) for e in trial_entries]
         except (MalformedOutputs, WireError, KeyError, TypeError) as exc:
             self.channel.send("done", op="compare", invalid=f"the candidate's outputs could not be read: {exc}")
             return
-        report = self._correctness(cand_trials, atol, rtol)
-        # Compared where the candidate's copies are: on the CPU (a reference may draw inputs on the GPU).
-        report.inputs = check_inputs([[a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
-                                      for args in self.trial_inputs[:INPUT_CHECK_TRIALS]], entries)
-        if report.passed:
-            report.shape_trial = self._shape_report(value.get("shape_trials"), command, atol, rtol)
+        try:
+            report = self._correctness(cand_trials, atol, rtol)
+            del cand_trials  # compared: their device memory goes back before the next outputs come in
+            # Compared where the candidate's copies are: on the CPU (a reference may draw inputs on the GPU).
+            report.inputs = check_inputs([[a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+                                          for args in self.trial_inputs[:INPUT_CHECK_TRIALS]], entries)
+            if report.passed:
+                report.shape_trial = self._shape_report(value.get("shape_trials"), command, atol, rtol)
+            if report.passed and command.get("probe_check", True):
+                usual = report.precision.ratio if report.precision and report.precision.checked else None
+                report.probes = self._probe_reports(probe_entries, rtol, usual)
+                report.passed = all(p.outcome != "fail" for p in report.probes)
+        except torch.OutOfMemoryError as exc:  # the judge's own memory: a harness failure, never a verdict
+            raise classify(exc, "while comparing the candidate's outputs") from exc
         # Perturbed trials are news only where the discrimination check did not already use them.
         discriminated = report.degenerate_reference and all(t.passed for t in report.trials)
         self.channel.send("done", op="compare", report=report.model_dump(),
                           perturbed_trials=[] if discriminated else self.perturbed)
+
+    def _probe_reports(self, entries: list, rtol: float | None, usual_ratio: float | None) -> list[ProbeTrialReport]:
+        """Each kept probe judged against its truth (one candidate output on the device at a time),
+        then the probes this reference left out, with why."""
+        reports = []
+        for probe, entry in zip(self.probes, entries, strict=True):
+            try:
+                cand = self._on_device(correctness.parse_outputs(entry))
+            except MalformedOutputs as exc:
+                reports.append(probes.unreadable(probe.kind, probe.description, str(exc)))
+                continue
+            reports.append(probes.judge_probe(probe.kind, probe.description, probe.output, cand, probe.truth, rtol,
+                                              usual_ratio))
+        return reports + list(self.probes_left_out)
 
     def _correctness(self, cand_trials: list[Outputs], atol: float | None, rtol: float | None) -> CorrectnessReport:
         ref_trials = self.ref_trials
@@ -246,7 +368,8 @@ class JudgeRunner(Runner):
             report.passed = False
             report.message = f"no valid output for the doubled batch: {exc}"
             return report
-        report.result = correctness.compare(0, self.ref_shape[0], cand, atol, rtol)
+        truth = self.shape_truths[0] if self.shape_truths else None
+        report.result = correctness.compare_at_new_shape(self.ref_shape[0], cand, truth, atol, rtol)
         report.passed = report.result.passed
         report.message = report.result.message
         return report

@@ -19,12 +19,15 @@ from torch.profiler import record_function
 
 from . import numba_simulator
 from .harness_output import discarded
+from .timer import L2_FLUSH_MIN_BYTES
 
 # The profiler under torch.profiler.profile: that wrapper's start looks up torch._inductor, which
 # imports Inductor (~2 s on CPU, per runner); this one records the same Kineto events without it.
 _profile = torch.autograd.profiler.profile
 _record_function = record_function
 _perf_counter_ns = time.perf_counter_ns
+_current_stream = torch.cuda.current_stream
+_set_stream = torch.cuda.set_stream
 
 # Labels carry a nonce drawn at import, so user code cannot open a range that passes for ours.
 _NONCE = secrets.token_hex(6)
@@ -91,19 +94,34 @@ def warm_profiler(device: torch.device) -> None:
 def trace_forward(model, args: list, device: torch.device) -> dict:
     """Run `model(*args)` once under the profiler and return its raw events.
 
-    On GPU a one-element marker kernel runs on the current stream just before and after the
-    call (outside the forward's range): its stream is the timed stream, and the end marker's
-    start tells which kernels were still running when forward returned."""
-    marker = torch.zeros(1, device=device) if device.type == "cuda" else None
+    On GPU the call is framed the way the timer frames it: a buffer the size of the timer's L2
+    flush is zeroed on the current (timed) stream, then a one-element marker kernel runs there
+    just before the call and another just after it (both outside the forward's range). The first
+    marker's stream is the timed stream; work on another stream that starts before it ends did
+    not wait for the timed stream (it overlaps the flush, before the timer's start event), and
+    work still running when the second one starts was not joined back when forward returned.
+    The second marker goes on the timed stream even if forward left another stream current
+    (`current_stream_switched`, evidence too)."""
+    cuda = device.type == "cuda"
+    marker = torch.zeros(1, device=device) if cuda else None
+    flush = torch.empty(L2_FLUSH_MIN_BYTES, dtype=torch.uint8, device=device) if cuda else None
+    timed = _current_stream(device) if cuda else None
+    switched = False
     with torch.no_grad(), _quiet_profiler(device) as prof:
-        if marker is not None:
+        if cuda:
+            flush.zero_()
             marker.add_(1)
         with _record_function(FORWARD_LABEL):
             model(*args)
-        if marker is not None:
+        if cuda:
+            switched = _current_stream(device) != timed
+            if switched:
+                _set_stream(timed)
             marker.add_(1)
             torch.cuda.synchronize(device)
-    return _raw_events(prof)
+    events = _raw_events(prof)
+    events["current_stream_switched"] = switched
+    return events
 
 
 def _raw_events(prof) -> dict:

@@ -3,8 +3,9 @@
 - Perturbed trials: when the reference's outputs do not move between trials beyond the tolerance
   (a scalar mean of many elements, say), later trials get their floating-point inputs scaled and
   shifted, kept only where the reference stays finite and its output now moves.
-- A float64 ground truth per trial: the same model and inputs in double precision, against which
-  the supervisor measures both the reference's and the candidate's rounding error.
+- A float64 ground truth per input set (trials, doubled batch, probes): the same model and inputs
+  in double precision, against which both the reference's and the candidate's rounding errors
+  are measured.
 """
 
 from __future__ import annotations
@@ -61,19 +62,33 @@ def all_degenerate(outputs: list[dict], tolerances: dict[str, list[float]]) -> b
     return len(outputs) > 1 and not any(outputs_move(outputs[0], o, tolerances) for o in outputs[1:])
 
 
-def float64_truth(model: torch.nn.Module, trials: list[list], call: Callable[[object, list], dict],
-                  to_device: Callable[[list], list]) -> tuple[list[dict] | None, str | None]:
-    """The model in float64 on every trial's inputs, or (None, why not)."""
-    previous = torch.get_default_dtype()
-    try:
-        double_model = copy.deepcopy(model).double() if isinstance(model, torch.nn.Module) else model
-        torch.set_default_dtype(torch.float64)
-        truths = []
-        for args in trials:
-            promoted = [a.double() if isinstance(a, torch.Tensor) and a.dtype in _FLOATS else a for a in args]
-            truths.append(call(double_model, to_device(promoted)))
-        return truths, None
-    except Exception as exc:  # noqa: BLE001 - a reference that cannot run in float64 is not checked
-        return None, f"the reference does not run in float64: {type(exc).__name__}: {str(exc)[:300]}"
-    finally:
-        torch.set_default_dtype(previous)
+class Float64Reference:
+    """The model in float64, built once, run on any input set (every trial, the doubled batch, the
+    probe trials). A reference that cannot run in float64 is not checked against it."""
+
+    def __init__(self, model: torch.nn.Module, call: Callable[[object, list], dict],
+                 to_device: Callable[[list], list]) -> None:
+        self.model, self.call, self.to_device = model, call, to_device
+        self._double: object | None = None
+
+    def truths(self, arg_sets: list[list]) -> tuple[list[dict] | None, str | None]:
+        """The float64 outputs of every set, or (None, why not)."""
+        previous = torch.get_default_dtype()
+        try:
+            if self._double is None:
+                self._double = copy.deepcopy(self.model).double() if isinstance(self.model, torch.nn.Module) \
+                    else self.model
+            torch.set_default_dtype(torch.float64)
+            return [self.call(self._double, self.to_device(promote_to_float64(args))) for args in arg_sets], None
+        except Exception as exc:  # noqa: BLE001 - a reference that cannot run in float64 is not checked
+            return None, f"the reference does not run in float64: {type(exc).__name__}: {str(exc)[:300]}"
+        finally:
+            torch.set_default_dtype(previous)
+
+    def close(self) -> None:
+        """Drop the float64 copy of the model (its memory is the judge's for the rest of its life)."""
+        self._double = None
+
+
+def promote_to_float64(args: list) -> list:
+    return [a.double() if isinstance(a, torch.Tensor) and a.dtype in _FLOATS else a for a in args]
