@@ -167,16 +167,20 @@ def test_openrlhf_response_shape():
     json.dumps(response.model_dump())
 
 
+def _done_job(job_id: str, result: EvalResult) -> Job:
+    return Job(id=job_id, status=JobStatus.done, problem_id="p", created_at="2026-11-25T00:00:00Z", result=result)
+
+
 def test_a_result_that_is_no_verdict_gets_the_fallback_reward_with_its_reason():
     """status sandbox_error (the judge ran out of memory even alone, say) judges nothing: never a silent 0."""
     harness = EvalResult(status=EvalStatus.sandbox_error, compiled=True,
                          error=ErrorInfo(kind="judge_out_of_memory", message="the judge ran out of device memory"))
     assert not harness.judged
-    outcome = outcome_from_job(Job(id="j1", status=JobStatus.done, result=harness), fallback_reward=-0.25)
+    outcome = outcome_from_job(_done_job("j1", harness), fallback_reward=-0.25)
     assert outcome.fallback and outcome.reward == -0.25 and outcome.metrics()["fallback"] == 1.0
     assert "no verdict" in outcome.reason and "judge_out_of_memory" in outcome.reason
     judged = EvalResult(status=EvalStatus.incorrect, compiled=True, reward=0.0)
-    assert not outcome_from_job(Job(id="j2", status=JobStatus.done, result=judged), fallback_reward=-0.25).fallback
+    assert not outcome_from_job(_done_job("j2", judged), fallback_reward=-0.25).fallback
 
 
 # --- verifiers ------------------------------------------------------------------------------

@@ -29,5 +29,6 @@ def test_candidate_log_holds_the_candidates_lines_only(run_eval, device):
     assert result.coverage is not None, "the kernel trace ran (it calls forward once more)"
     lines = Counter(result.candidate_log.splitlines())
     shape_calls = 1 if result.correctness.shape_trial and result.correctness.shape_trial.ran else 0
-    forward_calls = len(result.correctness.trials) + shape_calls + 1  # trials, doubled batch, trace
+    probe_calls = sum(1 for probe in result.correctness.probes if probe.ran)
+    forward_calls = len(result.correctness.trials) + probe_calls + shape_calls + 1  # trials, probes, doubled batch, trace
     assert lines == Counter({"cand: imported": 1, "cand: stderr at import": 1, "cand: forward": forward_calls})

@@ -52,13 +52,15 @@ def test_problem_id_labels_and_bad_bodies(queued_server):
 def test_a_result_that_is_no_verdict_is_a_fallback_with_its_reason():
     """A done job whose result is sandbox_error (the harness failed) is no score: the item gets the
     fallback reward and `reasons` says why, like a failed job."""
-    from app.routes_reward import _reason_for
+    from app.routes_reward import _outcome
     from worker.jobs.store import Job
 
     def done(result: dict) -> Job:
         return Job(id="j", status="done", priority=0, created_at=0.0, updated_at=0.0, problem_id="p", submission={},
                    api_key_id="k", result=result)
 
-    harness = done({"status": "sandbox_error", "error": {"kind": "judge_out_of_memory", "message": "out of memory"}})
-    assert "no verdict" in _reason_for(harness) and "judge_out_of_memory" in _reason_for(harness)
-    assert _reason_for(done({"status": "incorrect", "error": None})) is None
+    harness = _outcome("j", done({"status": "sandbox_error", "compiled": True, "error": {
+        "kind": "judge_out_of_memory", "message": "out of memory"}}), None)
+    assert harness.fallback and "no verdict" in harness.reason and "judge_out_of_memory" in harness.reason
+    judged = _outcome("j", done({"status": "incorrect", "compiled": True, "error": None}), None)
+    assert not judged.fallback and judged.reason is None
