@@ -7,9 +7,10 @@ The rules, among the queued jobs of the highest priority (a lower priority never
 
 1. **Keep serving an open problem.** A problem this lane opened keeps its turn while it has queued
    jobs: it is claimed again while it has fewer than `per_problem` jobs in flight on the lane and its
-   streak (its claims in this turn) is under `burst`; among several, the one with fewest in flight
-   (so that the device's concurrent slots serve different problems, each with its judge), then the
-   oldest.
+   streak (its claims in this turn) is under `burst`; among several, the one opened first, so that a
+   problem's jobs are all claimed before a later problem's (a straggler claimed after several later
+   problems would find its judge evicted). The device threads still spread concurrent slots over
+   different problems among the prepared jobs (pipeline.py `_next_ready`).
 2. **Otherwise open a problem, fairly.** The key served least recently by this lane goes first
    (a key with one job is not starved by a key with thousands); among that key's problems, one
    whose judge is already warm on this lane, else the one with the oldest job; a problem whose
@@ -40,6 +41,7 @@ class ClaimPolicy:
     burst: int = DEFAULT_BURST  # claims in a row of one problem while others wait
     _streak: dict[str, int] = field(default_factory=dict)
     _key_served: dict[str, int] = field(default_factory=dict)
+    _opened_at: dict[str, int] = field(default_factory=dict)  # the claim count when its turn began
     _claims: int = 0
 
     def choose(self, groups: list[QueueGroup], in_flight: Mapping[str, int],
@@ -53,6 +55,7 @@ class ClaimPolicy:
             oldest[g.problem_id] = min(oldest.get(g.problem_id, g.oldest), g.oldest)
         for problem in [p for p in self._streak if p not in oldest]:
             del self._streak[problem]  # no job of it waits: its turn is over
+            self._opened_at.pop(problem, None)
         if len(oldest) == 1:
             problem = next(iter(oldest))
         else:
@@ -61,13 +64,15 @@ class ClaimPolicy:
 
     def claimed(self, choice: ClaimChoice) -> None:
         """Record a claim made with `choice`."""
+        if not self._streak.get(choice.problem_id):
+            self._opened_at[choice.problem_id] = self._claims
         self._streak[choice.problem_id] = self._streak.get(choice.problem_id, 0) + 1
         self._claims += 1
         self._key_served[choice.api_key_id] = self._claims
 
     def _continued(self, oldest: dict[str, float], in_flight: Mapping[str, int]) -> str | None:
         open_ = [p for p in oldest if 0 < self._streak.get(p, 0) < self.burst and in_flight.get(p, 0) < self.per_problem]
-        return min(open_, key=lambda p: (in_flight.get(p, 0), oldest[p])) if open_ else None
+        return min(open_, key=lambda p: (self._opened_at.get(p, 0), oldest[p])) if open_ else None
 
     def _opened(self, groups: list[QueueGroup], oldest: dict[str, float], in_flight: Mapping[str, int],
                 warm: Collection[str]) -> str:
@@ -83,6 +88,7 @@ class ClaimPolicy:
         for other, streak in list(self._streak.items()):
             if other != problem and streak >= self.burst:
                 del self._streak[other]
+                self._opened_at.pop(other, None)
         return problem
 
     def _key_within(self, problem: str, groups: list[QueueGroup]) -> str:

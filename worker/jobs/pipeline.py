@@ -108,6 +108,7 @@ class LaneState:
 class _Ticket:
     job: Job
     future: Future
+    claimed: int  # this lane's claim sequence: the claim policy's order (priority, fairness, by problem)
     ready: ReadyJob | None = None
 
 
@@ -125,7 +126,7 @@ class DeviceLane:
         self.claims = ClaimPolicy(per_problem=config.per_problem, burst=config.claim_burst)
         self._cond = threading.Condition()
         self._admitted = self._preparing = self._executing = self._waiting = 0
-        self._ready: list[tuple[int, float, int, _Ticket]] = []
+        self._ready: list[tuple[int, int, _Ticket]] = []
         self._order = itertools.count()
         self._threads: list[threading.Thread] = []
         self._in_flight: Counter[str] = Counter()  # claimed, unfinished jobs per problem
@@ -189,7 +190,7 @@ class DeviceLane:
         if job is None:
             self._leave()
             return None
-        ticket = _Ticket(job=job, future=Future())
+        ticket = _Ticket(job=job, future=Future(), claimed=next(self._order))
         with self._cond:
             self._preparing += 1
             self._in_flight[job.problem_id] += 1
@@ -240,7 +241,7 @@ class DeviceLane:
             self._preparing -= 1
             if isinstance(outcome, ReadyJob) and not self.pipeline.stopping:
                 ticket.ready = outcome
-                key = (-job.priority, job.created_at, next(self._order), ticket)
+                key = (-job.priority, ticket.claimed, ticket)
                 heapq.heappush(self._ready, key)
                 self._cond.notify_all()
                 return
@@ -253,13 +254,15 @@ class DeviceLane:
     def _next_ready(self) -> _Ticket:
         """The prepared job to run next: highest priority first; among equals, one whose problem has no
         job on the device now (its judge is free; a second judge of that problem would have to start),
-        then the oldest. Called with the lock held and `_ready` not empty."""
+        then the first claimed (claim order keeps a problem's jobs together: ordering by submission time
+        instead let a problem's last job be passed until its judge was evicted). Called with the lock
+        held and `_ready` not empty."""
         best = min(range(len(self._ready)),
-                   key=lambda i: (self._ready[i][0], self._on_device[self._ready[i][3].job.problem_id] > 0,
-                                  self._ready[i][1:3]))
+                   key=lambda i: (self._ready[i][0], self._on_device[self._ready[i][2].job.problem_id] > 0,
+                                  self._ready[i][1]))
         entry = self._ready.pop(best)
         heapq.heapify(self._ready)
-        return entry[3]
+        return entry[2]
 
     def _device_loop(self) -> None:
         while True:
@@ -313,7 +316,7 @@ class DeviceLane:
     def return_ready_jobs(self) -> None:
         """Prepared jobs that no device thread took go back to the queue, unrun (at stop)."""
         with self._cond:
-            waiting = [entry[3] for entry in self._ready]
+            waiting = [entry[2] for entry in self._ready]
             self._ready.clear()
             self._cond.notify_all()
         for ticket in waiting:
