@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import ipaddress
 import logging
 import os
+import signal
 import sys
 
 
@@ -39,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from .settings import Settings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if hasattr(faulthandler, "register"):  # `kill -USR1 <pid>`: every thread's stack to stderr, for a stuck server
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         settings = Settings.from_env()
     except (OSError, ValueError) as exc:

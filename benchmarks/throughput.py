@@ -232,13 +232,19 @@ class Service:
                    KERNELJUDGE_MAX_QUEUE="1000000")
         env["KERNELJUDGE_DATABASE_URL"] = f"sqlite:///{data_dir / ('celery' if broker else 'embedded')}.db"
         cli = [sys.executable, "-m", "kerneljudge.cli"]
-        serve = [*cli, "serve", "--port", str(self.port), "--device", device, "--log-level", "warning"]
+        # KJ_BENCH_SERVER_LOG=FILE: the servers' log at info level goes there (appended), not to this terminal.
+        log_path = os.environ.get("KJ_BENCH_SERVER_LOG")
+        level = "info" if log_path else "warning"
+        self._log = open(log_path, "a") if log_path else None  # noqa: SIM115 - open for the servers' lives
+        serve = [*cli, "serve", "--port", str(self.port), "--device", device, "--log-level", level]
         self.procs: list[subprocess.Popen] = []
         if broker:
             serve += ["--broker", broker]
             self.procs.append(subprocess.Popen([*cli, "worker", "--broker", broker, "--device", device,
-                                                "--loglevel", "WARNING"], cwd=REPO, env=env, start_new_session=True))
-        self.procs.append(subprocess.Popen(serve, cwd=REPO, env=env, start_new_session=True))
+                                                "--loglevel", level.upper()], cwd=REPO, env=env,
+                                               start_new_session=True, stdout=self._log, stderr=self._log))
+        self.procs.append(subprocess.Popen(serve, cwd=REPO, env=env, start_new_session=True, stdout=self._log,
+                                           stderr=self._log))
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -266,6 +272,8 @@ class Service:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
                 proc.wait(10)
+        if self._log is not None:
+            self._log.close()
 
 
 def _outcome(job) -> Outcome:

@@ -74,3 +74,30 @@ def test_a_tensor_referenced_twice_is_refused():
 def test_objects_other_than_plain_data_cannot_be_sent():
     with pytest.raises(wire.WireError, match="cannot be exchanged"):
         wire.pack([object()])
+
+
+@pytest.mark.parametrize("reply", ["tensors", "bytes"])
+def test_every_reply_reaches_the_pipe_at_once(monkeypatch, reply):
+    """A reply sits in no buffer: the supervisor waits for it with nothing else coming after it (a packed
+    Triton cache that stayed buffered stalled each GPU job's lane for the 30 s reply limit)."""
+    import json
+    import os
+
+    from worker.engine.sandbox_runtime.channel import Channel
+
+    read_end, write_end = os.pipe()
+    monkeypatch.setenv("KJ_MSG_FD", str(write_end))
+    channel = Channel()
+    data = b"packed folder bytes"
+    if reply == "bytes":
+        channel.send_bytes("done", data, op="triton_cache", files=[])
+    else:
+        channel.send("done", {"out": torch.arange(3)}, op="run")
+    os.set_blocking(read_end, False)
+    arrived = os.read(read_end, 1 << 16)  # without the channel closing: what was flushed, or BlockingIOError
+    header, _, rest = arrived.partition(b"\n")
+    assert json.loads(header)["event"] == "done"
+    assert len(rest) == json.loads(header)["payload_bytes"]
+    if reply == "bytes":
+        assert rest == data
+    os.close(read_end)

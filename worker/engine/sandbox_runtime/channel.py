@@ -39,6 +39,7 @@ class Channel:
         """A reply followed by raw bytes (a packed folder, see file_tree), not tensors."""
         self._out.write((json.dumps({"event": event, **fields, "payload_bytes": len(data)}) + "\n").encode())
         self._out.write(data)
+        self._out.flush()  # the reply is complete: nothing follows it that would push it out of the buffer
 
     def receive(self) -> dict[str, Any] | None:
         self.skip_payload()
