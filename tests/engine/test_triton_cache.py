@@ -34,6 +34,9 @@ def test_a_candidates_kernels_come_back_to_its_own_folder_once(tmp_path):
     assert (mine / triton_cache.CACHE_DIR_NAME / "abc" / "kernel.cubin").read_bytes() == b"\x7fELF kernels"
     assert not (other / triton_cache.CACHE_DIR_NAME).exists()
     assert not triton_cache.wanted(mine)
+    # Readable by every sandbox uid (a 0700 folder failed every later runner with "Permission denied").
+    for path in [mine / triton_cache.CACHE_DIR_NAME, *(mine / triton_cache.CACHE_DIR_NAME).rglob("*")]:
+        assert path.stat().st_mode & 0o005 == (0o005 if path.is_dir() else 0o004), path
 
     # A second runner of the same source started from it: its answer changes nothing.
     assert not triton_cache.publish(root, mine, _reply(_compiled(tmp_path, "runner2", b"rewritten")))

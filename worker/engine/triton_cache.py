@@ -66,6 +66,8 @@ def publish(root: Path, folder: Path, reply: dict) -> bool:
     staging = Path(tempfile.mkdtemp(prefix=".publish-", dir=folder))
     try:
         ext_tree.unpack(files, data, staging)
+        # mkdtemp makes it 0700: the later runners that copy it in run as unprivileged sandbox uids.
+        os.chmod(staging, 0o755)
         os.rename(staging, target)  # atomic: readers see all of it or none; a second publisher loses
         staging = None
         return True
