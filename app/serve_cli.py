@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import io
 import ipaddress
 import logging
 import os
@@ -41,8 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from .settings import Settings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if hasattr(faulthandler, "register"):  # `kill -USR1 <pid>`: every thread's stack to stderr, for a stuck server
+    try:  # `kill -USR1 <pid>`: every thread's stack to stderr, for a stuck server
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass  # no SIGUSR1 here, or stderr is not a file (run inside another program): no dump, nothing else lost
     try:
         settings = Settings.from_env()
     except (OSError, ValueError) as exc:

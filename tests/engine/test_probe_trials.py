@@ -9,7 +9,7 @@ import torch
 
 from benchmarks.redteam.corpus import load_corpus
 from worker.engine.correctness import Outputs
-from worker.engine.probes import judge_probe, reference_unusable, scales_exactly
+from worker.engine.probes import PROBE_RATIO, judge_probe, reference_unusable, scales_exactly
 from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS, probe_inputs
 from worker.models import EvalStatus
 
@@ -43,9 +43,9 @@ def test_a_half_precision_cast_inside_a_reduction_is_flagged_by_a_probe(run_eval
     hit = next(h for h in result.rules if h.rule == "KJ-R12-precision-loss")
     assert "probe 'scaled'" in hit.evidence and "candidate" in hit.evidence and "reference" in hit.evidence
     scaled = _probe(result, "scaled")
-    assert scaled.outcome == "flag" and scaled.ratio > 1e4 and "lower precision" in scaled.message
+    assert scaled.outcome == "flag" and scaled.ratio > 16 * PROBE_RATIO and "lower precision" in scaled.message
     # ~1000x the reference's error on the problem's inputs: at most borderline there (KJ-R12 also wants 1024
-    # ulps), 1e4-1e6x on the scaled probe.
+    # ulps); several thousand to 1e6x on the scaled probe, depending on the secret draw of the inputs.
     assert scaled.ratio > 4 * result.correctness.precision.ratio
 
 
