@@ -275,6 +275,9 @@ class ClockCheckReport(BaseModel):
     candidate_outside_ms: float = Field(description="Candidate: time per call outside its samples.")
     noise_ms: float = Field(description="Spread of that difference over the pairs (robust sigma).")
     limit_ms: float = Field(description="Largest unexplained time per call accepted.")
+    every_pair_over: bool = Field(False, description="The unexplained time was positive in every pair and beyond "
+                                                    "the reference's own noise: a hidden time, however much it "
+                                                    "varied from block to block (rejects from 6 pairs on).")
     passed: bool
 
 

@@ -51,3 +51,26 @@ def test_forgery_is_caught_even_among_noisy_pairs_on_cpu():
     # A Triton kernel under the interpreter takes ~100 ms; the forger reports a hundredth of it.
     report = check(_window(2.0, 100.0, 1.0, pairs=2, runs=5, jitter_ms=5.0), "cpu")
     assert not report.passed and report.supervisor_ms > 90.0
+
+
+def _hidden_varying_window(seed: int, hidden_ms: float, cv: float, pairs: int = 8, runs: int = 50) -> PairedWindow:
+    """A loaded host: the candidate's real time varies by `cv` from block to block; it reports none of it
+    (hidden_ms = 0: an honest candidate with the same varying time, reported)."""
+    rng = random.Random(seed)
+    blocks = []
+    for _ in range(pairs + 1):
+        real = 2.0 * rng.uniform(1 - cv, 1 + cv)
+        reported = real if hidden_ms == 0 else real - hidden_ms * real / 2.0
+        blocks.append((_block(1.0, 1.0, runs, rng, jitter_ms=5.0), _block(real, reported, runs, rng, jitter_ms=5.0)))
+    return PairedWindow(blocks[0], blocks[1:], runs)
+
+
+def test_a_hidden_time_that_varies_with_load_is_still_caught_in_every_pair():
+    # The forger reports a thousandth of a time that varies +-60% with the host's load: the differences'
+    # spread is then most of the excess itself, and 4 sigmas of it exceed it.
+    for seed in range(20):
+        report = check(_hidden_varying_window(seed, hidden_ms=2.0 * 0.999, cv=0.6), "cpu")
+        assert not report.passed and report.every_pair_over, report
+        assert "in every pair" in rule_hits(report)[0].evidence
+        honest = check(_hidden_varying_window(seed, hidden_ms=0.0, cv=0.6), "cpu")
+        assert honest.passed and not honest.every_pair_over, honest
