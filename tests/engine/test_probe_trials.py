@@ -30,8 +30,10 @@ def test_a_mean_over_a_subset_fails_on_the_spikes_probe(run_eval):
     assert result.status == EvalStatus.incorrect and not result.correct
     assert all(trial.passed for trial in result.correctness.trials), "inside the tolerance on the problem's inputs"
     spikes = _probe(result, "spikes")
-    assert spikes.outcome == "fail" and spikes.relative_error > 1e-2, spikes
-    assert spikes.ratio > 1e4 and "skips input elements" in spikes.message
+    # How far off depends on the secret draw (a relative error of 0.007 to over 0.01 seen): the verdict and
+    # its margin over the probe's own threshold are what is fixed.
+    assert spikes.outcome == "fail" and spikes.ratio > 16 * PROBE_RATIO, spikes
+    assert "skips input elements" in spikes.message
     assert "secret positions" in spikes.inputs  # what was done, never where
 
 
