@@ -107,6 +107,8 @@ class Phase:
     wall_s: float = 0.0
     busy: str = "n/a"
     note: str = ""
+    server_finished: int | None = None  # the same jobs finished by the server's own store
+    count_error: str | None = None  # set when the benchmark read fewer finished jobs than the server holds
 
     def per_hour(self, gpus: int = 1) -> float:
         return len(self.outcomes) / self.wall_s * 3600 / max(gpus, 1) if self.wall_s > 0 else 0.0
@@ -230,7 +232,8 @@ class Service:
         env = dict(os.environ, KERNELJUDGE_API_KEYS=KEY, KERNELJUDGE_DATA_DIR=str(data_dir),
                    KERNELJUDGE_RATE_LIMIT="0", KERNELJUDGE_MAX_ACTIVE_PER_KEY="1000000",
                    KERNELJUDGE_MAX_QUEUE="1000000")
-        env["KERNELJUDGE_DATABASE_URL"] = f"sqlite:///{data_dir / ('celery' if broker else 'embedded')}.db"
+        self.database = data_dir / f"{'celery' if broker else 'embedded'}.db"
+        env["KERNELJUDGE_DATABASE_URL"] = f"sqlite:///{self.database}"
         cli = [sys.executable, "-m", "kerneljudge.cli"]
         # KJ_BENCH_SERVER_LOG=FILE: the servers' log at info level goes there (appended), not to this terminal.
         log_path = os.environ.get("KJ_BENCH_SERVER_LOG")
@@ -262,6 +265,17 @@ class Service:
             time.sleep(0.2)  # polling a server that is starting: nothing to wait on but its port
         raise RuntimeError("the service did not become ready within 180 s")
 
+    def finished_in_store(self, job_ids: list[str]) -> int:
+        """How many of `job_ids` the server's own store holds as finished (read with sqlite, beside it)."""
+        import sqlite3
+
+        marks = ",".join("?" * len(job_ids))
+        with sqlite3.connect(self.database, timeout=30) as connection:
+            (count,) = connection.execute(
+                f"SELECT count(*) FROM jobs WHERE id IN ({marks}) AND status IN ('done', 'failed', 'cancelled')",
+                job_ids).fetchone()
+        return int(count)
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             if proc.poll() is None:
@@ -290,9 +304,9 @@ def _outcome(job) -> Outcome:
 
 def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float,
               broker: str | None, seed: int, progress, baseline_until: float = 0.0) -> None:
-    """Submit every pair at once, in shuffled order, and collect the verdicts until `deadline`."""
+    """Submit every pair at once, in shuffled order, and collect the verdicts until `deadline`; then check
+    the count against the server's own store (a benchmark that miscounts fails loudly)."""
     from kerneljudge.client import KernelJudgeClient
-    from kerneljudge.errors import ServiceUnavailableError
 
     order = list(pairs)
     random.Random(seed).shuffle(order)
@@ -304,28 +318,31 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
                                            "options": {**options, "device": device}} for p in order])
             ids = {entry.job.id: pair.name for entry, pair in zip(entries, order, strict=True) if entry.job}
             first_submit = min(entry.job.created_at for entry in entries if entry.job)
+
+            def record(jobs) -> list[str]:
+                for job in jobs:
+                    if job.finished and ids[job.id] not in phase.outcomes:
+                        phase.outcomes[ids[job.id]] = _outcome(job)
+                        phase.wall_s = max(phase.wall_s, (job.finished_at - first_submit).total_seconds())
+                return [job.id for job in jobs if not job.finished]
+
             pending = list(ids)
             while pending and time.monotonic() < deadline:
-                try:
-                    jobs = client.wait_many(pending, timeout=min(60.0, max(1.0, deadline - time.monotonic())))
-                except ServiceUnavailableError as exc:  # a loaded server answers late: ask again
-                    phase.note = f"the service answered slowly: {str(exc)[:120]}"
-                    continue
-                for job in jobs:
-                    if job.finished:
-                        phase.outcomes[ids[job.id]] = _outcome(job)
-                        last = job.finished_at
-                        span = (last - first_submit).total_seconds()
-                        phase.wall_s = max(phase.wall_s, span)
-                pending = [job.id for job in jobs if not job.finished]
+                # wait_many returns every job's latest state at its timeout (it never raises for it).
+                pending = record(client.wait_many(pending, timeout=min(60.0, max(0.0, deadline - time.monotonic()))))
                 phase.busy = busy.summary()
                 phase.note = f"{len(phase.outcomes)} of {phase.jobs} finished" + (" (still running)" if pending else "")
                 progress()
+            phase.server_finished = service.finished_in_store(list(ids))
+            record(client.get_many(list(ids)))  # read after the server's count: ours can only be larger
         phase.busy = busy.summary()
         phase.note = "" if len(phase.outcomes) == phase.jobs else \
             f"budget spent: {len(phase.outcomes)} of {phase.jobs} finished"
+        if len(phase.outcomes) < phase.server_finished:
+            phase.count_error = (f"COUNT MISMATCH: the server's store says {phase.server_finished} of these jobs "
+                                 f"finished, the benchmark read {len(phase.outcomes)}")
         if baseline_until > time.monotonic():
-            phase.note += " " + wait_for_baselines(data_dir / "embedded.db", {p.reference for p in pairs},
+            phase.note += " " + wait_for_baselines(service.database, {p.reference for p in pairs},
                                                    baseline_until - time.monotonic())
     finally:
         service.stop()
@@ -488,9 +505,12 @@ def row(phase: Phase, found: Agreement | None) -> str:
     if found is not None and found.compared:
         agree = f"{found.same_verdict}/{found.compared}"
         speed = f"{found.speedup_within}/{found.honest_timed}" if found.honest_timed else ""
-    return (f"| {phase.workload} | {phase.path} | {len(phase.outcomes)}/{phase.jobs} | {phase.per_hour():.0f} | "
+    server = "" if phase.server_finished is None else str(phase.server_finished)
+    note = f"**{phase.count_error}** {phase.note}" if phase.count_error else phase.note
+    return (f"| {phase.workload} | {phase.path} | {len(phase.outcomes)}/{phase.jobs} | {server} | "
+            f"{phase.per_hour():.0f} | "
             f"{percentile(latencies, 0.5):.2f} | {percentile(latencies, 0.95):.2f} | {cache_text} | {compile_text} | "
-            f"{phase.busy} | {agree} | {speed} | {stage_text} | {phase.note} |")
+            f"{phase.busy} | {agree} | {speed} | {stage_text} | {note} |")
 
 
 def device_name(device: str) -> str:
@@ -515,7 +535,7 @@ def git_commit() -> str:
 class Report:
     """The markdown table (and the per-job JSON lines), rewritten at every change."""
 
-    HEADER = ("| workload | path | finished | evals / GPU-hour | p50 s | p95 s | ref cache hit / miss | compile "
+    HEADER = ("| workload | path | finished | server's count | evals / GPU-hour | p50 s | p95 s | ref cache hit / miss | compile "
               "baseline | GPU busy | verdicts = serial | speedups within 5% | median stage s | note |")
 
     def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
@@ -642,6 +662,9 @@ def main(argv: list[str] | None = None) -> int:
         run_serial(serial, pairs, args.device, options, deadline, compared)
         compared()
     report.write(final=True)
+    if service.count_error:
+        print(f"throughput: {service.count_error}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -99,7 +99,7 @@ def _batch(client: KernelJudgeClient, args: argparse.Namespace) -> int:
     progress = _Progress()
     jobs = {job.id: job for job in client.wait_many(ids, timeout=args.timeout, on_progress=progress)} if ids else {}
     progress.close()
-    failures = 0
+    failures = unfinished = 0
     with args.out.open("w") as out:
         for entry in entries:
             record: dict[str, Any] = {"name": names[entry.index]}
@@ -109,9 +109,15 @@ def _batch(client: KernelJudgeClient, args: argparse.Namespace) -> int:
             else:
                 job = jobs[entry.job.id]
                 record["job"] = job.model_dump(mode="json")
+                record["finished"] = job.finished
+                if not job.finished:
+                    record["unfinished"] = f"still {job.status.value} when --timeout {args.timeout:g}s passed"
+                    unfinished += 1
                 failures += job.status is not JobStatus.done
             out.write(json.dumps(record) + "\n")
-    print(f"wrote {len(entries)} result(s) to {args.out}; {failures} without a verdict", file=sys.stderr)
+    print(f"wrote {len(entries)} result(s) to {args.out}; {failures} without a verdict"
+          + (f" ({unfinished} still unfinished at the timeout: read them later with `kerneljudge status`)"
+             if unfinished else ""), file=sys.stderr)
     return 1 if failures else 0
 
 

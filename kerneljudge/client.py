@@ -12,6 +12,7 @@ Idempotency-Key, so a retried POST never creates a second job.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -22,14 +23,24 @@ import httpx
 from worker.models import EvalOptions, EvalResult
 
 from . import _protocol as proto
-from .errors import ApiError, EvaluationTimeoutError, JobFailedError, ServiceUnavailableError
+from .errors import (
+    ApiError,
+    EvaluationTimeoutError,
+    JobFailedError,
+    KernelJudgeError,
+    ServiceUnavailableError,
+)
 from .models import BatchEntry, Job, JobStatus, Problem, SubmitItem
 
 T = TypeVar("T")
+log = logging.getLogger("kerneljudge.client")
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Longest a submission asks the server to hold the request (`?wait=`); the server may cap it lower.
 SUBMIT_WAIT_S = 30.0
 ProgressCallback = Callable[[int, int], None]  # (finished, total)
+# A read that wait_many makes at its deadline still gets this long to answer (at most the request
+# timeout): the latest states are what the caller waits for, and a large answer takes time to send.
+FINAL_READ_S = 10.0
 
 
 def make_item(
@@ -114,6 +125,58 @@ class _ClientCore:
 
     def submit_items(self, items: Sequence[SubmitItem | dict[str, Any]]) -> list[SubmitItem]:
         return [i if isinstance(i, SubmitItem) else SubmitItem.model_validate(i) for i in items]
+
+
+class _Waiting:
+    """What `wait_many` knows (both clients): the latest state read of each job, and when to read again.
+
+    The wait never raises for its own timeout: a read made at the deadline gets a real timeout
+    (FINAL_READ_S), and once every job has been read once, a read that fails (the server slow or gone)
+    ends the wait with the states already read. Only a failure before any answer, or an error that a
+    retry cannot fix (4xx: unknown ids, a bad key), raises.
+    """
+
+    def __init__(self, core: _ClientCore, job_ids: Sequence[str], timeout: float | None):
+        self.core = core
+        self.job_ids = list(job_ids)
+        self.deadline = core.deadline(timeout)
+        self.poll = core.poll_template.fresh()
+        self.latest: dict[str, Job | None] = dict.fromkeys(self.job_ids)
+        self.read_failure: KernelJudgeError | None = None
+
+    def pending_chunks(self) -> list[list[str]]:
+        pending = [i for i, job in self.latest.items() if job is None or not job.finished]
+        return proto.chunks(pending, proto.IDS_PER_READ)
+
+    def read_timeout(self) -> float:
+        """A read's own budget: what is left of the wait, and never less than a real read."""
+        return max(self.deadline - self.core.clock(), min(self.core.request_timeout, FINAL_READ_S))
+
+    def record(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self.latest[job.id] = job
+
+    def read_failed(self, error: KernelJudgeError) -> None:
+        """Raise `error` unless every job already has a state to return; then the wait ends with them."""
+        fixable = not isinstance(error, ApiError) or error.status_code >= 500
+        if not fixable or any(job is None for job in self.latest.values()):
+            raise error
+        self.read_failure = error
+        log.warning("wait_many: returning the latest states of %d job(s); the last read failed: %s",
+                    len(self.latest), error)
+
+    def next_delay(self, on_progress: ProgressCallback | None) -> float | None:
+        """Seconds until the next read, or None when the wait is over."""
+        done = sum(1 for job in self.latest.values() if job is not None and job.finished)
+        if on_progress is not None:
+            on_progress(done, len(self.latest))
+        remaining = self.deadline - self.core.clock()
+        if done == len(self.latest) or remaining <= 0 or self.read_failure is not None:
+            return None
+        return self.poll.next_delay(remaining)
+
+    def jobs(self) -> list[Job]:
+        return [self.latest[i] for i in self.job_ids]  # type: ignore[misc]
 
 
 def _reindex(entries: list[BatchEntry], offset: int) -> list[BatchEntry]:
@@ -218,22 +281,22 @@ class KernelJudgeClient:
 
     def wait_many(self, job_ids: Sequence[str], *, timeout: float | None = None,
                   on_progress: ProgressCallback | None = None) -> list[Job]:
-        """Poll until every job is finished or `timeout` passes; jobs in the order of `job_ids`."""
-        deadline = self._core.deadline(timeout)
-        poll = self._core.poll_template.fresh()
-        latest = {job_id: None for job_id in job_ids}
+        """Poll until every job is finished or `timeout` passes; jobs in the order of `job_ids`, each in its
+        latest state (check `job.finished`). The timeout itself never raises: a read at the deadline gets up
+        to FINAL_READ_S more, and once every job was read, a failed read returns the states already read.
+        Raises only when a job was never read (the server unreachable from the start) or for a 4xx."""
+        waiting = _Waiting(self._core, job_ids, timeout)
         while True:
-            pending = [i for i, job in latest.items() if job is None or not job.finished]
-            if pending:
-                for job in self.get_many(pending, timeout=max(0.001, deadline - self._core.clock())):
-                    latest[job.id] = job
-            done = sum(1 for job in latest.values() if job is not None and job.finished)
-            if on_progress is not None:
-                on_progress(done, len(latest))
-            remaining = deadline - self._core.clock()
-            if done == len(latest) or remaining <= 0:
-                return [latest[i] for i in job_ids]  # type: ignore[misc]
-            self._sleep(poll.next_delay(remaining))
+            for chunk in waiting.pending_chunks():
+                try:
+                    waiting.record(self.get_many(chunk, timeout=waiting.read_timeout()))
+                except (ServiceUnavailableError, ApiError) as error:
+                    waiting.read_failed(error)
+                    break
+            delay = waiting.next_delay(on_progress)
+            if delay is None:
+                return waiting.jobs()
+            self._sleep(delay)
 
     def submit_and_wait(self, reference: str | None = None, candidate: str | None = None, *,
                         problem_id: str | None = None, completion: str | None = None,
@@ -349,25 +412,24 @@ class AsyncKernelJudgeClient:
         return _ordered(job_ids, jobs)
 
     async def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
+        """The job once finished, or in its latest state when `timeout` passes (check `job.finished`)."""
         return (await self.wait_many([job_id], timeout=timeout))[0]
 
     async def wait_many(self, job_ids: Sequence[str], *, timeout: float | None = None,
                         on_progress: ProgressCallback | None = None) -> list[Job]:
-        deadline = self._core.deadline(timeout)
-        poll = self._core.poll_template.fresh()
-        latest: dict[str, Job | None] = {job_id: None for job_id in job_ids}
+        """As `KernelJudgeClient.wait_many`: the latest states at `timeout`, never an exception for it."""
+        waiting = _Waiting(self._core, job_ids, timeout)
         while True:
-            pending = [i for i, job in latest.items() if job is None or not job.finished]
-            if pending:
-                for job in await self.get_many(pending, timeout=max(0.001, deadline - self._core.clock())):
-                    latest[job.id] = job
-            done = sum(1 for job in latest.values() if job is not None and job.finished)
-            if on_progress is not None:
-                on_progress(done, len(latest))
-            remaining = deadline - self._core.clock()
-            if done == len(latest) or remaining <= 0:
-                return [latest[i] for i in job_ids]  # type: ignore[misc]
-            await self._sleep(poll.next_delay(remaining))
+            for chunk in waiting.pending_chunks():
+                try:
+                    waiting.record(await self.get_many(chunk, timeout=waiting.read_timeout()))
+                except (ServiceUnavailableError, ApiError) as error:
+                    waiting.read_failed(error)
+                    break
+            delay = waiting.next_delay(on_progress)
+            if delay is None:
+                return waiting.jobs()
+            await self._sleep(delay)
 
     async def submit_and_wait(self, reference: str | None = None, candidate: str | None = None, *,
                               problem_id: str | None = None, completion: str | None = None,

@@ -1,7 +1,9 @@
 """In-process test double of the kerneljudge HTTP API (issue 3 contract) for the client's unit tests.
 
 Jobs advance one state each time they are read (queued -> running -> done), so tests control
-progress by polling rather than by time. `script` injects failures for the next requests.
+progress by polling rather than by time; a candidate marked `# never finishes` stays running.
+`script` injects failures for the next requests. With `read_latency_s` and a `clock`, a read of
+many jobs takes that long on the clock, and a read whose timeout is shorter times out (a slow server).
 The verdict is computed from markers in the candidate: `# speedup=X`, `# wrong`, `# crash`.
 """
 
@@ -42,6 +44,8 @@ class FakeApi:
         self.script: list[Scripted] = []
         self.requests: list[httpx.Request] = []
         self.fail_jobs = False  # finished jobs become `failed` (the service could not evaluate)
+        self.read_latency_s = 0.0  # how long a GET /v1/evaluations?ids= takes on `clock`
+        self.clock = None  # the FakeClock the latency is spent on
         self._ids = itertools.count(1)
 
     def transport(self) -> httpx.MockTransport:
@@ -67,6 +71,7 @@ class FakeApi:
         if method == "POST" and path == "/v1/evaluations:batch":
             return self._batch(request)
         if method == "GET" and path == "/v1/evaluations":
+            self._spend_read_latency(request)
             ids = [i for i in request.url.params.get("ids", "").split(",") if i]
             return httpx.Response(200, json={"items": [self._read(i) for i in ids if i in self.jobs]})
         if match := re.fullmatch(r"/v1/evaluations/([^/]+)", path):
@@ -129,6 +134,15 @@ class FakeApi:
         self.reads[job_id] = 0
         return None, self._public(job)
 
+    def _spend_read_latency(self, request: httpx.Request) -> None:
+        if not self.read_latency_s or self.clock is None:
+            return
+        allowed = (request.extensions.get("timeout") or {}).get("read")
+        if allowed is not None and allowed < self.read_latency_s:
+            self.clock.now += allowed
+            raise httpx.ReadTimeout("the answer did not arrive within the read timeout", request=request)
+        self.clock.now += self.read_latency_s
+
     def _cancel(self, job_id: str) -> httpx.Response:
         job = self.jobs[job_id]
         if job["status"] != "queued":
@@ -140,6 +154,9 @@ class FakeApi:
         job = self.jobs[job_id]
         if job["status"] in ("queued", "running"):
             self.reads[job_id] += 1
+            if "# never finishes" in (job["_body"].get("candidate") or job["_body"].get("completion") or ""):
+                job["status"] = "running"
+                return self._public(job)
             if self.reads[job_id] >= self.reads_to_finish:
                 self._finish(job)
             else:

@@ -16,14 +16,16 @@ import pytest
 
 from kerneljudge.adapters import openrlhf, trl, verifiers, verl
 from kerneljudge.adapters.common import (
+    ReferenceSpec,
     outcome_from_failure,
     outcome_from_job,
     outcome_from_result,
     parse_reference_label,
+    score_batch,
 )
 from kerneljudge.client import KernelJudgeClient
 from kerneljudge.models import Job, JobStatus
-from worker.models import ErrorInfo, EvalResult, EvalStatus
+from worker.models import ErrorInfo, EvalOptions, EvalResult, EvalStatus
 
 from .conftest import GOOD, REFERENCE, WRONG
 
@@ -91,6 +93,25 @@ def test_trl_deadline_gives_fallback_for_unfinished_jobs(make_async_client, api)
     api.reads_to_finish = 10**6
     reward = trl.kerneljudge_reward(make_async_client(), timeout_s=10, fallback_reward=0.1)
     assert asyncio.run(reward(["p"], [answer(GOOD)], reference=[REFERENCE])) == [0.1]
+
+
+def test_one_sample_past_the_deadline_costs_only_its_own_reward(make_async_client, api, clock):
+    """A slow server (every read 1.5 s) and one sample that never finishes: the batch's other samples
+    keep their real rewards; only the late one gets the fallback, with its own reason."""
+    api.clock, api.read_latency_s = clock, 1.5
+    completions = [answer(GOOD), answer(GOOD + "# never finishes\n"), answer(WRONG)]
+    references = [ReferenceSpec(reference=REFERENCE)] * 3
+
+    async def score():
+        async with make_async_client() as client:
+            return await score_batch(client, completions, references, timeout_s=20, fallback_reward=0.1,
+                                     options=EvalOptions(reward_preset="binary_fast"))
+
+    outcomes = asyncio.run(score())
+    assert [o.reward for o in outcomes] == [1.0, 0.1, 0.0]
+    assert [o.fallback for o in outcomes] == [False, True, False]
+    assert outcomes[0].status == "ok" and outcomes[2].status == "incorrect"
+    assert "still running at the deadline" in outcomes[1].reason and outcomes[1].job_id
 
 
 # --- veRL -----------------------------------------------------------------------------------

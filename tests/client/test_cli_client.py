@@ -87,3 +87,20 @@ def test_batch_bad_input_is_explained(tmp_path, capsys):
     empty.mkdir()
     assert cli.main(["batch", str(empty), "--out", str(tmp_path / "o.jsonl")]) == 2
     assert "no reference.py" in capsys.readouterr().err
+
+
+def test_batch_timeout_writes_the_finished_and_marks_the_rest(tmp_path, capsys, api, clock):
+    api.clock, api.read_latency_s = clock, 1.5  # a slow server: the read at the deadline must still land
+    folder = tmp_path / "problem"
+    folder.mkdir()
+    write(folder, "reference.py", REFERENCE)
+    write(folder, "a.py", GOOD)
+    write(folder, "b.py", GOOD + "# never finishes\n")
+    out = tmp_path / "results.jsonl"
+    assert cli.main(["batch", str(folder), "--out", str(out), "--timeout", "5"]) == 1
+    rows = {r["name"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["a.py"]["finished"] is True and rows["a.py"]["job"]["result"]["status"] == "ok"
+    assert "unfinished" not in rows["a.py"]
+    assert rows["b.py"]["finished"] is False and rows["b.py"]["job"]["status"] == "running"
+    assert rows["b.py"]["unfinished"] == "still running when --timeout 5s passed"
+    assert "1 still unfinished at the timeout" in capsys.readouterr().err
