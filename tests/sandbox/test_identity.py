@@ -39,8 +39,7 @@ def test_sandbox_uids_are_unique_across_processes_and_given_back(tmp_path):
         held = int(other.stdout.readline())
         mine = acquire(config, [], 8)
         assert {held, mine.uid} == {first, first + 1}
-        assert mine.nproc == 8 and mine.popen_arguments() == {"user": mine.uid, "group": mine.uid,
-                                                               "extra_groups": []}
+        assert mine.nproc == 8 and mine.kind == "uid"
         with pytest.raises(IsolationError, match="in use"):
             acquire(config, [], 8)
         mine.release()

@@ -50,6 +50,9 @@ def _print_summary(result: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .sandbox.spawner import start_spawner
+
+    start_spawner()  # before torch or any thread: the build sandboxes start through it
     import torch
 
     from .build import BuildFailure, build_cuda_candidate, cache_key

@@ -97,6 +97,9 @@ def summary(result: EvalResult) -> str:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    from .sandbox.spawner import start_spawner
+
+    start_spawner()  # before any thread: every sandbox of this process starts through it
     from .evaluation import evaluate
 
     options = EvalOptions(

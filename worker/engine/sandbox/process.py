@@ -15,9 +15,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from . import bwrap
 from .identity import IsolationError, SandboxIdentity, acquire, count_tasks_of
+from .spawner import SpawnedChild, spawner
 from .spec import ResourceLimits, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,9 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # when larger payloads are expected (the judge's inputs, a candidate's outputs of known size).
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 PAYLOAD_KEY = "_payload"
+# The child's fd for its messages to the supervisor (KJ_MSG_FD): the first after stdin, stdout, stderr.
+MESSAGE_FD = 3
+KILL_WAIT_S = 30.0
 
 
 class SandboxUnavailable(RuntimeError):
@@ -123,24 +128,16 @@ class MarkedLog:
         return self.before.text() + self._carry.decode("utf-8", "replace") + self.after.text()
 
 
-def _child_setup(limits: ResourceLimits, identity: SandboxIdentity, cpus: tuple[int, ...] | None = None,
-                 nice: int = 0):
-    """Runs in the child before bwrap is exec'd (after Popen switched to the sandbox's uid, if any)."""
-    def apply() -> None:
-        identity.join_cgroup()
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if nice > 0:
-            os.nice(nice)
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NPROC, (identity.nproc, identity.nproc))
-        if limits.address_space_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
-
-    return apply
+def _rlimits(limits: ResourceLimits, identity: SandboxIdentity) -> list[tuple[int, int, int]]:
+    """The kernel limits the sandbox's first process sets before it execs bwrap (spawn_server.py)."""
+    rlimits = [(resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 5),
+               (resource.RLIMIT_FSIZE, limits.file_size_bytes, limits.file_size_bytes),
+               (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
+               (resource.RLIMIT_CORE, 0, 0),
+               (resource.RLIMIT_NPROC, identity.nproc, identity.nproc)]
+    if limits.address_space_bytes:
+        rlimits.append((resource.RLIMIT_AS, limits.address_space_bytes, limits.address_space_bytes))
+    return rlimits
 
 
 class SandboxProcess:
@@ -162,7 +159,8 @@ class SandboxProcess:
         self.messages: queue.Queue[tuple[dict, float] | None] = queue.Queue()
         self.received_at = 0.0  # time.monotonic() of the message `receive` returned last
         self.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
-        self._proc: subprocess.Popen | None = None
+        self._proc: SpawnedChild | None = None
+        self._stdin: BinaryIO | None = None
         self._threads: list[threading.Thread] = []
         self.identity: SandboxIdentity | None = None
         self._scratch_dirs: dict[str, str] = {}
@@ -170,9 +168,14 @@ class SandboxProcess:
 
     # -- start / stop ------------------------------------------------------------------
     def start(self) -> None:
-        read_fd, write_fd = os.pipe()
-        env_spec = dataclasses.replace(self.spec, env={**self.spec.env, "KJ_MSG_FD": str(write_fd)})
+        """Start the child through the process's spawner (never a fork of this threaded process)."""
+        pipes = {name: os.pipe() for name in ("stdin", "stdout", "stderr", "messages")}
+        # The child's ends become its fds 0, 1, 2 and MESSAGE_FD; ours stay here.
+        child_ends = [pipes["stdin"][0], pipes["stdout"][1], pipes["stderr"][1], pipes["messages"][1]]
+        our_ends = [pipes["stdin"][1], pipes["stdout"][0], pipes["stderr"][0], pipes["messages"][0]]
+        env_spec = dataclasses.replace(self.spec, env={**self.spec.env, "KJ_MSG_FD": str(MESSAGE_FD)})
         limits = self.spec.limits
+        started = False
         try:
             if self.use_bwrap:
                 path = bwrap.find_bwrap()
@@ -191,25 +194,27 @@ class SandboxProcess:
                 self.identity = SandboxIdentity("self", count_tasks_of(os.getuid()) + limits.extra_processes)
                 self._scratch_dirs = {s.target: tempfile.mkdtemp(prefix="kj-scratch-") for s in self.spec.scratch}
                 argv, env = self.command, bwrap.host_env(env_spec, self._scratch_dirs)
-            self._proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(write_fd,), env=env, start_new_session=True,
-                preexec_fn=_child_setup(limits, self.identity, self.spec.cpus, self.spec.nice),
-                **self.identity.popen_arguments(),
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            self._release()
+            identity = self.identity
+            self._proc = spawner().spawn(
+                {"argv": argv, "env": env, "fd_targets": [0, 1, 2, MESSAGE_FD], "uid": identity.uid,
+                 "gid": identity.uid, "cgroup_procs": [str(p) for p in identity.cgroup_procs_files()],
+                 "cpus": list(self.spec.cpus) if self.spec.cpus else None, "nice": self.spec.nice,
+                 "rlimits": _rlimits(limits, identity)},
+                child_ends)
+            started = True
+        except OSError as exc:
             raise SandboxUnavailable(f"could not start the sandbox for {self.name}: {exc}") from exc
-        except BaseException:
-            self._release()
-            raise
         finally:
-            os.close(write_fd)
-            if self._proc is None:
-                os.close(read_fd)
-        self._spawn(self._pump, self._proc.stdout, self.stdout)
-        self._spawn(self._pump, self._proc.stderr, self.stderr)
-        self._spawn(self._read_messages, read_fd)
+            for end in child_ends:
+                os.close(end)
+            if not started:
+                self._release()
+                for end in our_ends:
+                    os.close(end)
+        self._stdin = open(pipes["stdin"][1], "wb")  # noqa: SIM115 - kept for the sandbox's life
+        self._spawn(self._pump, open(pipes["stdout"][0], "rb"), self.stdout)  # noqa: SIM115
+        self._spawn(self._pump, open(pipes["stderr"][0], "rb"), self.stderr)  # noqa: SIM115
+        self._spawn(self._read_messages, pipes["messages"][0])
 
     def _release(self) -> None:
         """Give back the uid or cgroup and the scratch folders once no process of the sandbox is left."""
@@ -226,9 +231,10 @@ class SandboxProcess:
         self._threads.append(thread)
 
     @staticmethod
-    def _pump(stream, sink: CappedLog | MarkedLog) -> None:
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            sink.feed(chunk)
+    def _pump(stream: BinaryIO, sink: CappedLog | MarkedLog) -> None:
+        with stream:
+            for chunk in iter(lambda: stream.read1(65536), b""):
+                sink.feed(chunk)
 
     def _read_messages(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as stream:
@@ -277,7 +283,16 @@ class SandboxProcess:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self._proc.wait()
+            try:
+                self._proc.wait(KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                log.warning("sandbox %s (pid %d) was not reported dead %.0fs after SIGKILL", self.name,
+                            self._proc.pid, KILL_WAIT_S)
+        if self._stdin is not None:
+            try:
+                self._stdin.close()
+            except OSError:
+                pass  # a flush into a pipe whose reader is gone
         self._release()
 
     def close(self, grace_s: float = 5.0) -> None:
@@ -297,13 +312,13 @@ class SandboxProcess:
     def send(self, message: dict, payload: bytes | bytearray | None = None) -> None:
         """Write one command; a payload (tensor bytes) goes from a thread of its own, so a child
         that stops reading cannot block the supervisor: its reply deadline still applies."""
-        assert self._proc is not None and self._proc.stdin is not None
+        assert self._stdin is not None
         line = (json.dumps(message) + "\n").encode()
+        stdin = self._stdin
         if not payload:
-            self._proc.stdin.write(line)
-            self._proc.stdin.flush()
+            stdin.write(line)
+            stdin.flush()
             return
-        stdin = self._proc.stdin
 
         def write() -> None:
             try:

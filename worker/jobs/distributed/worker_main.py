@@ -16,6 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-name", required=True)
     parser.add_argument("--loglevel", default="INFO")
     args = parser.parse_args(argv)
+    from worker.engine.sandbox.spawner import start_spawner
+
+    start_spawner()  # before any thread: every sandbox of this process starts through it
     if os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
         # Fail at start, not on every job: the sandbox must work, and one tiny evaluation must go through
         # the judge and a candidate sandbox (worker/engine/startup_check.py) before this worker consumes.
