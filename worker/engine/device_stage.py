@@ -10,10 +10,12 @@ sides never overlap.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import socket
 import time
+from collections.abc import Iterator
 
 from ..models import (
     Backend,
@@ -188,8 +190,13 @@ class DeviceStage:
             if entry.prestarted and entry.uses == 1:
                 self.builder.extra["reference_judge"] = "started ahead, while the candidate was prepared"
         else:
+            # The judge's process start, CUDA set-up and the reference's import are host work: they hold
+            # no device lock (holding it shared for those 5-6 s kept every other job's timing waiting);
+            # only generating the reference's outputs does.
+            notify(self.on_stage, REFERENCE_WAIT_STAGE)
             try:
-                entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s)
+                entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s,
+                                                on_device=self._reference_on_device)
             except UserFailure as failure:
                 self._note_memory(failure)
                 return self.builder.reference_failure(failure)
@@ -204,6 +211,11 @@ class DeviceStage:
         self._baseline_key = BaselineKey.of(request.reference, opts.device.value, generated.environment.get("gpu_name"))
         compile_baseline.request(self._baseline_key, request.reference, opts, self.settings)
         return entry
+
+    @contextlib.contextmanager
+    def _reference_on_device(self) -> Iterator[None]:
+        notify(self.on_stage, "reference")
+        yield
 
     def _judge_call(self, during: str, call):
         try:

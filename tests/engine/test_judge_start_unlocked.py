@@ -1,0 +1,37 @@
+"""A judge's process start, CUDA set-up and reference import hold no device lock; only generating the
+reference's outputs holds the device (shared). On an H100 those 5-6 s of host work, held shared, kept
+every other job's timing waiting."""
+
+from __future__ import annotations
+
+from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
+from worker.engine import evaluate
+from worker.engine.gpu_schedule import GpuSchedule
+from worker.engine.judge import JudgeSession
+from worker.models import EvalOptions, EvalRequest, EvalStatus
+
+
+def test_a_judge_starts_without_the_device_and_generates_holding_it_shared(settings, monkeypatch):
+    schedule = settings.gpu_schedule = GpuSchedule("dev0", sharers=2)
+    seen: dict[str, int] = {}
+    launch, generate = JudgeSession.launch, JudgeSession.generate
+
+    def observed_launch(self, deadline):
+        seen["launch"] = schedule.state().shared
+        return launch(self, deadline)
+
+    def observed_generate(self, seeds, deadline, **kwargs):
+        seen["generate"] = schedule.state().shared
+        return generate(self, seeds, deadline, **kwargs)
+
+    monkeypatch.setattr(JudgeSession, "launch", observed_launch)
+    monkeypatch.setattr(JudgeSession, "generate", observed_generate)
+    lease = schedule.lease()
+    request = EvalRequest(reference=SILU_REFERENCE, candidate=HONEST_SILU, options=EvalOptions(timing=False))
+    try:
+        result = evaluate(request, settings=settings, on_stage=lease.enter)
+    finally:
+        lease.release()
+    assert result.status == EvalStatus.ok, result.error
+    assert result.extra["reference_cache"] == "miss"
+    assert seen == {"launch": 0, "generate": 1}
