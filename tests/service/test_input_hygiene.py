@@ -1,5 +1,6 @@
-"""Invalid Unicode and non-finite numbers are refused (422, naming where), never stored; what the
-store holds is valid JSON; and the dashboard answers whatever older versions stored."""
+"""Invalid Unicode, non-finite numbers and bodies nested too deep are refused (422, naming where),
+never stored; what the store holds is valid JSON; and the dashboard answers whatever older versions
+stored."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
+from app.body_checks import MAX_DEPTH, nesting_depth
 from app.settings import key_id_for
 from worker.jobs.store import JobStore, NewJob
 from worker.jobs.store.json_text import to_json_text
@@ -55,6 +57,93 @@ def test_a_body_that_is_not_utf8_is_422(queued_server):
     with queued_server.client(USER_KEY) as client:
         reply = _post(client, "/v1/evaluations", b'{"reference": "\xff\xfe", "candidate": "x"}')
     assert reply.status_code == 422 and "UTF-8" in reply.json()["detail"][0]["msg"], reply.text
+
+
+DEEP_ROUTES = ["/v1/evaluations", "/v1/problems", "/get_reward"]
+
+
+def _nested(shape: str, depth: int) -> bytes:
+    if shape == "array":
+        return b"[" * depth + b"]" * depth
+    return b'{"a": ' * depth + b"1" + b"}" * depth
+
+
+def _assert_too_deep(reply, depth: int) -> None:
+    assert reply.status_code == 422, reply.text[:300]
+    (error,) = reply.json()["detail"]
+    assert error["type"] == "json_too_deep" and error["loc"] == ["body"], error
+    assert f"{depth} levels deep" in error["msg"] and f"limit of {MAX_DEPTH}" in error["msg"], error
+
+
+@pytest.mark.parametrize("shape", ["array", "object"])
+@pytest.mark.parametrize("path", DEEP_ROUTES)
+def test_a_body_nested_too_deep_is_422_at_any_depth_with_or_without_a_key(queued_server, path, shape):
+    """Parsing recurses once a level: 1200 levels were a RecursionError and a 500, even unauthenticated."""
+    for key in (USER_KEY, None):
+        with queued_server.client(key) as client:
+            for depth in (900, 1200, 10_000, 1_000_000):
+                _assert_too_deep(_post(client, path, _nested(shape, depth)), depth)
+            assert client.get("/v1/health").status_code == 200
+
+
+@pytest.mark.parametrize("content_type", [
+    "APPLICATION/JSON; charset=utf-8", "application/problem+json", "application/json\xa0", None])
+def test_the_depth_is_checked_for_every_body_the_route_may_read_as_json(queued_server, content_type):
+    headers = {"Content-Type": content_type.encode("latin-1")} if content_type else {}
+    with queued_server.client(None) as client:
+        reply = client.post("/get_reward", content=_nested("array", 5000), headers=headers)
+    _assert_too_deep(reply, 5000)
+
+
+def test_a_body_in_utf16_is_422_before_anything_parses_it(queued_server):
+    """json.loads(bytes) reads UTF-16 too, where escapes hide from a byte scan: such bodies are refused."""
+    deep = '["\\"", ' + "[" * 5000 + "]" * 5000 + "]"
+    with queued_server.client(None) as client:
+        reply = _post(client, "/get_reward", deep.encode("utf-16-le"))
+    assert reply.status_code == 422, reply.text
+    (error,) = reply.json()["detail"]
+    assert error["type"] == "unicode_error" and "UTF-8" in error["msg"], error
+
+
+def test_the_depth_limit_is_exact(queued_server):
+    def problem(depth: int) -> str:  # the object itself is one level
+        return f'{{"reference": {json.dumps(REFERENCE)}, "junk": {"[" * (depth - 1)}{"]" * (depth - 1)}}}'
+
+    with queued_server.client(USER_KEY) as client:
+        at_limit = _post(client, "/v1/problems", problem(MAX_DEPTH))
+        assert at_limit.status_code == 422, at_limit.text
+        assert [e["type"] for e in at_limit.json()["detail"]] == ["extra_forbidden"], at_limit.text  # the model's
+        _assert_too_deep(_post(client, "/v1/problems", problem(MAX_DEPTH + 1)), MAX_DEPTH + 1)
+
+
+def test_brackets_inside_strings_do_not_count(queued_server):
+    """Brackets, escaped quotes and backslashes inside strings are text: a normal request goes through."""
+    comment = "# " + "[{" * 20_000 + ' "quoted [" \\" \\ ' + "]}" * 3 + "\\"  # ends in a backslash
+    reference = REFERENCE + comment
+    with queued_server.client(USER_KEY) as client:
+        created = _post(client, "/v1/problems", f'{{"reference": {json.dumps(reference)}, "name": "[[{{\\\\"}}')
+        assert created.status_code == 201, created.text[:300]
+        assert client.get(f"/v1/problems/{created.json()['id']}").json()["reference"] == reference
+        queued = _post(client, "/v1/evaluations", _evaluation(reference=json.dumps(reference)))
+        assert queued.status_code == 202, queued.text[:300]
+        assert _post(client, "/v1/evaluations", _evaluation()).status_code == 202
+
+
+@pytest.mark.parametrize(("raw", "depth"), [
+    (b"", 0), (b"1", 0), (b"{}", 1), (b'[[], {"a": [1, {}]}]', 4),
+    (b'"[[[{{{"', 0), (rb'{"a\"[[": "\\", "b": [[1]]}', 3), (rb'["\\\"[[[", []]', 2),
+    (rb'["\\\\", [[]]]', 3), ('["é[{", ["ü"]]'.encode(), 2), (b'["open [[[[', 1),
+    (b"[" * 1_000_000, 1_000_000),
+])
+def test_nesting_depth_reads_strings_and_escapes_as_json_does(raw, depth):
+    assert nesting_depth(raw) == depth
+    if raw and raw[-1:] in b"]}01":  # the valid ones: the same depth as parsed
+        assert depth == _parsed_depth(json.loads(raw))
+
+
+def _parsed_depth(value) -> int:
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    return 0 if children is None else 1 + max(map(_parsed_depth, children), default=0)
 
 
 @pytest.mark.parametrize(("options", "loc"), [
