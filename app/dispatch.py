@@ -29,6 +29,10 @@ class EmbeddedDispatcher:
         self.callbacks = callbacks
         self.pool = LocalWorkerPool(store, self.identities, self._finished)
 
+    @property
+    def uses_gpus(self) -> bool:
+        return any(identity.device == "cuda" for identity in self.identities)
+
     def start(self) -> None:
         self.pool.start()
 

@@ -15,7 +15,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from worker.jobs.pipeline import DeviceLane, JobPipeline, PipelineConfig
+from worker.jobs.pipeline import DeviceLane, JobPipeline, LaneHealth, PipelineConfig
 from worker.jobs.store import Job, JobStore
 from worker.jobs.store.runner import EngineCalls, WorkerIdentity
 
@@ -69,6 +69,10 @@ class LocalWorkerPool:
 
     def alive(self) -> int:
         return sum(t.is_alive() for t in self._threads)
+
+    def lane_health(self) -> list[LaneHealth]:
+        """Each lane's progress as the watchdog sees it (worker/jobs/watchdog.py): /v1/ready and /metrics."""
+        return self.pipeline.health()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
+from worker.engine.gpu_monitor import gpu_monitor
 from worker.jobs.store import JobStore
 from worker.jobs.store.callbacks import CallbackSender
 
@@ -41,6 +42,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     else:
         dispatcher = EmbeddedDispatcher(store, events, metrics, callbacks, settings.device, settings.local_workers)
     metrics.watch_store(store, dispatcher.workers_alive)
+    # The embedded workers' lanes (their watchdog's view); Celery workers' lanes live in their own processes.
+    lane_health = dispatcher.pool.lane_health if isinstance(dispatcher, EmbeddedDispatcher) else list
+    metrics.watch_lanes(lane_health)
+    if isinstance(dispatcher, EmbeddedDispatcher) and dispatcher.uses_gpus:
+        metrics.watch_gpus(gpu_monitor().readings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -68,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.events = events
     app.state.dispatcher = dispatcher
+    app.state.lane_health = lane_health
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_burst)
     app.state.auth_failures = FailedAuthLimiter(settings.auth_fail_rate_per_s, settings.auth_fail_burst,
                                                 settings.auth_fail_global_rate_per_s)

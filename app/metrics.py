@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from worker.engine.gpu_monitor import GpuReading
+from worker.jobs.pipeline import LaneHealth
 from worker.jobs.store import Job, JobStore
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,59 @@ class _StoreCollector:
         yield from (jobs, verdicts, depth, workers)
 
 
+class _LaneCollector:
+    """The embedded workers' device lanes as their watchdog sees them (worker/jobs/watchdog.py), at scrape time."""
+
+    def __init__(self, lanes: Callable[[], list[LaneHealth]]):
+        self.lanes = lanes
+
+    def collect(self):
+        stalled = GaugeMetricFamily("kerneljudge_lane_stalled", "1 while a device lane is stalled (has jobs, no "
+                                    "progress for KERNELJUDGE_WATCHDOG_STALL_S) and not yet restarted.",
+                                    labels=["lane"])
+        restarts = CounterMetricFamily("kerneljudge_lane_restarts", "Device lane restarts by the watchdog.",
+                                       labels=["lane"])
+        quiet = GaugeMetricFamily("kerneljudge_lane_seconds_since_progress", "Seconds since a busy device lane's "
+                                  "last stage transition (0 while it holds no job).", labels=["lane"])
+        try:
+            for lane in self.lanes():
+                stalled.add_metric([lane.name], int(lane.stalled))
+                restarts.add_metric([lane.name], lane.restarts)
+                quiet.add_metric([lane.name], lane.last_progress_s_ago if lane.busy else 0.0)
+        except Exception:
+            log.exception("metrics: could not read the lanes")
+        yield from (stalled, restarts, quiet)
+
+
+class _GpuCollector:
+    """What the GPUs did, measured (worker/engine/gpu_monitor.py): busy seconds (their difference over a
+    batch is its GPU busy time), utilisation and memory now, and the highest memory share seen."""
+
+    def __init__(self, readings: Callable[[], list[GpuReading]]):
+        self.readings = readings
+
+    def collect(self):
+        busy = CounterMetricFamily("kerneljudge_gpu_busy_seconds", "Seconds in which a kernel ran on the GPU "
+                                   "(nvidia-smi utilization.gpu integrated over time) since the service started.",
+                                   labels=["gpu"])
+        utilization = GaugeMetricFamily("kerneljudge_gpu_utilization", "Share of the last period in which a kernel "
+                                        "ran on the GPU (0-1).", labels=["gpu"])
+        memory = GaugeMetricFamily("kerneljudge_gpu_memory_used_ratio", "GPU memory in use / total, now.",
+                                   labels=["gpu"])
+        peak = GaugeMetricFamily("kerneljudge_gpu_memory_peak_ratio", "Highest GPU memory in use / total seen "
+                                 "since the service started.", labels=["gpu"])
+        try:
+            for reading in self.readings():
+                label = [str(reading.index)]
+                busy.add_metric(label, reading.busy_s)
+                utilization.add_metric(label, reading.utilization)
+                memory.add_metric(label, reading.memory_share)
+                peak.add_metric(label, reading.memory_peak)
+        except Exception:
+            log.exception("metrics: could not read the GPU monitor")
+        yield from (busy, utilization, memory, peak)
+
+
 class ServiceMetrics:
     def __init__(self):
         self.registry = CollectorRegistry()
@@ -56,6 +112,12 @@ class ServiceMetrics:
 
     def watch_store(self, store: JobStore, workers_alive) -> None:
         self.registry.register(_StoreCollector(store, workers_alive))
+
+    def watch_lanes(self, lanes: Callable[[], list[LaneHealth]]) -> None:
+        self.registry.register(_LaneCollector(lanes))
+
+    def watch_gpus(self, readings: Callable[[], list[GpuReading]]) -> None:
+        self.registry.register(_GpuCollector(readings))
 
     def observe_finished(self, job: Job) -> None:
         if job.finished_at is not None:

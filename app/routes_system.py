@@ -18,6 +18,7 @@ from .schemas import (
     PROBLEM_ID_PATTERN,
     Health,
     ItemError,
+    LaneReadiness,
     ProblemBatchCreate,
     ProblemBatchItem,
     ProblemBatchResponse,
@@ -123,7 +124,9 @@ async def health() -> Health:
             responses={503: {"model": Readiness, "description": "Store or workers unavailable"}})
 async def ready(request: Request):
     """Ready when the store answers, at least one worker is reachable and (embedded workers) the start-up
-    check, one tiny evaluation through the judge and a candidate sandbox, passed."""
+    check, one tiny evaluation through the judge and a candidate sandbox, passed, and the precompiled header
+    CUDA builds use was built (or failed to build: builds then take the full path), and no device lane is
+    stalled (its watchdog is restarting it)."""
     state = request.app.state
     store_state = "ok"
     try:
@@ -133,8 +136,13 @@ async def ready(request: Request):
         store_state = f"unreachable: {type(exc).__name__}"
     workers = await asyncio.to_thread(state.dispatcher.workers_alive)
     check = getattr(state, "startup_check", None)  # set by `kerneljudge serve` (None: not run here)
-    body = Readiness(ready=store_state == "ok" and workers > 0 and (check is None or check.ok), store=store_state,
-                     workers=workers, mode=state.dispatcher.mode, selfcheck=None if check is None else check.state)
+    pch = getattr(state, "pch_warmup", None)  # likewise: the precompiled header being built at start-up
+    lanes = [LaneReadiness(name=lane.name, busy=lane.busy, stalled=lane.stalled, restarts=lane.restarts,
+                           last_progress_s_ago=round(lane.last_progress_s_ago, 3)) for lane in getattr(state, "lane_health", list)()]
+    body = Readiness(ready=store_state == "ok" and workers > 0 and (check is None or check.ok)
+                     and (pch is None or pch.done) and not any(lane.stalled for lane in lanes), store=store_state,
+                     workers=workers, mode=state.dispatcher.mode, selfcheck=None if check is None else check.state,
+                     precompiled_header=None if pch is None else pch.state, lanes=lanes)
     return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
 
 

@@ -193,6 +193,18 @@ class Health(BaseModel):
     status: str
 
 
+class LaneReadiness(BaseModel):
+    """One device lane of this process's embedded workers, as its watchdog sees it (worker/jobs/watchdog.py)."""
+
+    name: str
+    busy: bool = Field(description="It holds jobs (claimed, not finished).")
+    stalled: bool = Field(description=(
+        "It had jobs and made no progress for KERNELJUDGE_WATCHDOG_STALL_S, and is being restarted (its jobs go "
+        "back to the queue): not ready meanwhile."))
+    restarts: int = Field(description="Times the watchdog restarted it since the process started.")
+    last_progress_s_ago: float = Field(description="Seconds since its jobs' last stage transition.")
+
+
 class Readiness(BaseModel):
     ready: bool
     store: str
@@ -201,3 +213,10 @@ class Readiness(BaseModel):
     selfcheck: str | None = Field(default=None, description=(
         "The start-up check (one tiny evaluation through the judge and a candidate sandbox): running, ok, or "
         "failed: the reason and what to fix. Null where this process runs no workers of its own."))
+    precompiled_header: str | None = Field(default=None, description=(
+        "The precompiled torch header CUDA builds compile against, built at start-up: warming (not ready "
+        "until it exists), ok, or failed: why (ready anyway; CUDA builds then take the slower full build "
+        "path where no header fits). Null where this process builds no CUDA."))
+    lanes: list[LaneReadiness] = Field(default_factory=list, description=(
+        "The device lanes of this process's embedded workers (empty with --broker: Celery workers' lanes live "
+        "in their own processes). Not ready while one is stalled."))

@@ -42,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from .settings import Settings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from worker.engine.sandbox.spawner import start_spawner
+
+    start_spawner()  # before any thread: every sandbox (judge, runner, build) starts through it
     try:  # `kill -USR1 <pid>`: every thread's stack to stderr, for a stuck server
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     except (AttributeError, ValueError, io.UnsupportedOperation):
@@ -95,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
             return 2
         logging.getLogger(__name__).info("sandbox self-check passed in %.1fs: %s", check.seconds, check.report)
         startup_check = StartupCheckRun(engine_settings, Device.cuda if use_gpu else Device.cpu).start()
+    pch_warmup = None
+    if not settings.broker_url:  # embedded workers that build CUDA: the precompiled header now, not on a job's path
+        from worker.engine.build import start_pch_warmup
+        from worker.engine.settings import EngineSettings
+
+        pch_warmup = start_pch_warmup(EngineSettings.from_env(), settings.device)
 
     import uvicorn
 
@@ -102,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     app = create_app(settings)
     app.state.startup_check = startup_check
+    app.state.pch_warmup = pch_warmup
     if library_problems:
         from worker.problem_library.register import register_in_store
 

@@ -3,8 +3,13 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: prebuild eval elementwise baselines redteam throughput tests security repeat fidelity
+# STEPS: fresh prebuild eval elementwise baselines redteam throughput tests security repeat fidelity bundle
 # (default: eval redteam tests).
+# fresh: kill servers and spawners a cut call left on a warm machine, and empty the throughput data dir (do it
+# before `throughput` with rl, never before rl-again). bundle: every log and JSON line file of OUTDIR into
+# OUTDIR/logs.tgz (the device tool brings back at most 8 files), leaving the markdown tables beside it.
+# The servers' logs (with thread stacks on a stall: benchmarks/throughput.py sends SIGUSR1) go to
+# OUTDIR/server.log.
 # baselines: eager and torch.compile baselines of the whole problem library (benchmarks/baselines.py).
 # KJ_PROBLEMS="softmax reduction" limits the eval step to those problems; KJ_REPEATS, KJ_TRIALS and
 # KJ_TIMING_BUDGET set its repeats, trials and timing budget.
@@ -37,8 +42,16 @@ export PYTHONPATH=${KJ_EXTRA_PYTHONPATH:+$KJ_EXTRA_PYTHONPATH:}$PWD
 export KERNELJUDGE_DATA_DIR=${KERNELJUDGE_DATA_DIR:-/tmp/kj-data}
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv | tee "$out/gpu.txt"
 stamp=$(date -u +%Y-%m-%d)
+export KJ_BENCH_SERVER_LOG=${KJ_BENCH_SERVER_LOG:-$out/server.log}
 for step in $steps; do
     case $step in
+    fresh)
+        pkill -9 -f 'kerneljudge.cli serve' 2>/dev/null
+        pkill -9 -f 'spawn_server.py' 2>/dev/null
+        rm -rf "${KJ_TP_DATA:-data/throughput}" ;;
+    bundle)
+        (cd "$out" && tar czf logs.tgz --exclude='*.md' --exclude=logs.tgz . && find . -type f ! -name '*.md' \
+            ! -name logs.tgz -delete) ;;
     eval)
         python3 -m benchmarks.gpu_eval --device cuda --repeats ${KJ_REPEATS:-5} --timing-budget ${KJ_TIMING_BUDGET:-1.0} --trials ${KJ_TRIALS:-5} \
             ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} --out "$out/gpu_eval_$stamp.md" --jsonl "$out/gpu_eval.jsonl" 2>&1 | tee "$out/gpu_eval.log" ;;

@@ -39,6 +39,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -108,6 +109,7 @@ class Phase:
     busy: str = "n/a"
     note: str = ""
     server_finished: int | None = None  # the same jobs finished by the server's own store
+    gpus: int = 1  # GPUs the service used (evaluations per GPU-hour divide by it)
     count_error: str | None = None  # set when the benchmark read fewer finished jobs than the server holds
 
     def per_hour(self, gpus: int = 1) -> float:
@@ -184,35 +186,102 @@ def distinct_pairs(device: str, corpus: Path | None, count: int | None) -> list[
 # ---- GPU busy -------------------------------------------------------------------------------
 
 class BusySampler:
-    """Mean GPU utilisation while running (nvidia-smi, every 0.5 s); 'n/a' on CPU."""
+    """GPU utilisation and memory of every visible GPU while running (one `nvidia-smi -lms` stream);
+    'n/a' on CPU. Busy is nvidia-smi's utilization.gpu: the share of time a kernel was running."""
 
     def __init__(self, device: str):
-        self.samples: list[float] = []
-        self._stop = threading.Event()
+        self.busy: dict[int, list[float]] = {}
+        self.memory_peak: dict[int, float] = {}  # highest used / total seen, per GPU
         smi = shutil.which("nvidia-smi") if device == "cuda" else None
-        self._cmd = [smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"] if smi else None
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self._cmd = [smi, "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+                     "--format=csv,noheader,nounits", "-lms", "500",
+                     *(["-i", visible] if visible else [])] if smi else None
+        self._proc: subprocess.Popen | None = None
+        self._thread = threading.Thread(target=self._read, daemon=True)
 
     def __enter__(self) -> BusySampler:
         if self._cmd is not None:
+            self._proc = subprocess.Popen(self._cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(15)
             self._thread.join(15)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(0.5):
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
             try:
-                out = subprocess.run(self._cmd, capture_output=True, text=True, timeout=10).stdout
-                self.samples.append(float(out.split()[0]))
-            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-                return
+                index, busy, used, total = (float(x) for x in line.split(","))
+            except ValueError:
+                continue
+            self.busy.setdefault(int(index), []).append(busy)
+            self.memory_peak[int(index)] = max(self.memory_peak.get(int(index), 0.0), used / total if total else 0.0)
+
+    @property
+    def gpus(self) -> int:
+        return max(len(self.busy), 1)
 
     def summary(self) -> str:
-        return f"{statistics.fmean(self.samples):.0f}%" if self.samples else "n/a"
+        if not self.busy:
+            return "n/a"
+        per_gpu = [f"{statistics.fmean(v):.0f}%" for _, v in sorted(self.busy.items())]
+        peak = max(self.memory_peak.values(), default=0.0)
+        return f"{' / '.join(per_gpu)} (memory peak {100 * peak:.0f}%)"
+
+
+class StoreWatcher:
+    """Beside a batch: the server's store read with sqlite every `every_s` (a log line each), and, when
+    nothing finished for `stall_s` while jobs remain, `kill -USR1` of the server (its threads' stacks go
+    to its log). What the server's own store says, independent of the benchmark's client."""
+
+    def __init__(self, database: Path, pid: int, log_path: Path | None, every_s: float = 20.0, stall_s: float = 120.0):
+        self.database, self.pid, self.log_path = database, pid, log_path
+        self.every_s, self.stall_s = every_s, stall_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.lines: list[str] = []
+        self.dumps = 0
+
+    def __enter__(self) -> StoreWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _loop(self) -> None:
+        import sqlite3
+
+        started = time.monotonic()
+        last_done, last_change = -1, time.monotonic()
+        while not self._stop.wait(self.every_s):
+            try:
+                with sqlite3.connect(self.database, timeout=10) as connection:
+                    counts = dict(connection.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+            except sqlite3.Error as exc:
+                counts = {"unreadable": str(exc)}
+            line = f"{time.monotonic() - started:6.0f} s  store: {json.dumps(counts, sort_keys=True)}"
+            self.lines.append(line)
+            if self.log_path is not None:
+                with open(self.log_path, "a") as handle:
+                    handle.write(line + "\n")
+            done = sum(v for k, v in counts.items() if k in ("done", "failed", "cancelled") and isinstance(v, int))
+            open_jobs = sum(v for k, v in counts.items() if k in ("queued", "building", "running") and isinstance(v, int))
+            if done != last_done:
+                last_done, last_change = done, time.monotonic()
+            elif open_jobs and time.monotonic() - last_change > self.stall_s:
+                try:
+                    os.kill(self.pid, signal.SIGUSR1)
+                    self.dumps += 1
+                except ProcessLookupError:
+                    return
+                last_change = time.monotonic()
 
 
 # ---- the service ----------------------------------------------------------------------------
@@ -248,6 +317,7 @@ class Service:
                                                start_new_session=True, stdout=self._log, stderr=self._log))
         self.procs.append(subprocess.Popen(serve, cwd=REPO, env=env, start_new_session=True, stdout=self._log,
                                            stderr=self._log))
+        self.server_pid = self.procs[-1].pid
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -290,6 +360,18 @@ class Service:
             self._log.close()
 
 
+def server_gpu_busy_s(url: str) -> dict[str, float]:
+    """The server's own busy seconds per GPU (/metrics, kerneljudge_gpu_busy_seconds); {} on CPU."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "kerneljudge_gpu_busy_seconds":
+            return {s.labels["gpu"]: s.value for s in family.samples if s.name.endswith("_total")}
+    return {}
+
+
 def _outcome(job) -> Outcome:
     if job.result is None:
         return Outcome(verdict=f"job {job.status.value}")
@@ -313,7 +395,10 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
     phase.jobs = len(order)
     service = Service(device, data_dir, broker)
     try:
-        with KernelJudgeClient(service.url, KEY, timeout=600) as client, BusySampler(device) as busy:
+        log_path = os.environ.get("KJ_BENCH_SERVER_LOG")
+        with KernelJudgeClient(service.url, KEY, timeout=600) as client, BusySampler(device) as busy, \
+                StoreWatcher(service.database, service.server_pid, Path(log_path) if log_path else None) as watch:
+            busy_before = server_gpu_busy_s(service.url)
             entries = client.submit_many([{"reference": p.reference, "candidate": p.candidate,
                                            "options": {**options, "device": device}} for p in order])
             ids = {entry.job.id: pair.name for entry, pair in zip(entries, order, strict=True) if entry.job}
@@ -334,8 +419,15 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
                 phase.note = f"{len(phase.outcomes)} of {phase.jobs} finished" + (" (still running)" if pending else "")
                 progress()
             phase.server_finished = service.finished_in_store(list(ids))
+            busy_after = server_gpu_busy_s(service.url)
+            phase.gpus = busy.gpus if device == "cuda" else 1
+            if watch.dumps:
+                phase.note += f" (stalled: {watch.dumps} stack dump(s) in the server log)"
             record(client.get_many(list(ids)))  # read after the server's count: ours can only be larger
         phase.busy = busy.summary()
+        if busy_after and phase.wall_s > 0:  # the server's own measure over the batch
+            busy_s = sum(busy_after[g] - busy_before.get(g, 0.0) for g in busy_after)
+            phase.busy += f"; server: {100 * busy_s / (phase.wall_s * len(busy_after)):.0f}%"
         phase.note = "" if len(phase.outcomes) == phase.jobs else \
             f"budget spent: {len(phase.outcomes)} of {phase.jobs} finished"
         if len(phase.outcomes) < phase.server_finished:
@@ -508,7 +600,7 @@ def row(phase: Phase, found: Agreement | None) -> str:
     server = "" if phase.server_finished is None else str(phase.server_finished)
     note = f"**{phase.count_error}** {phase.note}" if phase.count_error else phase.note
     return (f"| {phase.workload} | {phase.path} | {len(phase.outcomes)}/{phase.jobs} | {server} | "
-            f"{phase.per_hour():.0f} | "
+            f"{phase.per_hour(phase.gpus):.0f} ({phase.gpus} GPU{'s' if phase.gpus > 1 else ''}) | "
             f"{percentile(latencies, 0.5):.2f} | {percentile(latencies, 0.95):.2f} | {cache_text} | {compile_text} | "
             f"{phase.busy} | {agree} | {speed} | {stage_text} | {note} |")
 

@@ -101,6 +101,16 @@ def test_a_stale_baseline_is_still_attached_and_measured_again_in_the_background
     assert measure.calls == 1 and fresh.ratio == 3.0 and fresh.age_s() < 60
 
 
+def wait_until(condition, timeout_s: float) -> bool:
+    """Poll a condition another thread changes (no event to wait on here) until it holds or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_only_a_job_whose_reward_uses_the_compile_baseline_waits_for_it(db_url):
     measure = StandIn()
     measure.release.clear()  # the background measurement takes its time
@@ -117,23 +127,28 @@ def test_only_a_job_whose_reward_uses_the_compile_baseline_waits_for_it(db_url):
     assert settings.baseline_book().get(KEY, COMPILE_BASELINE).available
 
 
-def test_a_baseline_no_job_waits_for_is_measured_once_the_lane_is_quiet(db_url):
+def test_baselines_are_measured_during_a_batch_and_one_a_job_waits_for_goes_first(db_url):
+    """A batch never leaves the lane quiet: its jobs' baselines are measured beside it (the batch's later
+    jobs of that problem get them); among those queued, one a job waits for is measured first."""
     from worker.engine.gpu_schedule import GpuSchedule
 
     measured: list[BaselineKey] = []
-    done = {name: threading.Event() for name in ("deferred", "urgent")}
-    keys = {name: BaselineKey.of(f"# {name}\n{REFERENCE}", "cuda", "GPU") for name in done}
+    names = ("first", "background", "urgent")
+    keys = {name: BaselineKey.of(f"# {name}\n{REFERENCE}", "cuda", "GPU") for name in names}
+    first_started, first_release = threading.Event(), threading.Event()
 
     def measure(task, settings):
         measured.append(task.key)
-        done[next(name for name, key in keys.items() if key == task.key)].set()
+        if task.key == keys["first"]:
+            first_started.set()
+            first_release.wait(30)
         now = time.time()
         return task.key, [CompileBaselineRecord(True, now, None, 2.0, 1.0, 50, 50, 12.5, 4, "test")]
 
     settings = EngineSettings()
     settings.baselines = StoreBaselineBook(JobStore(db_url))
     settings.gpu_schedule = GpuSchedule("gpu0", sharers=2)
-    settings.gpu_schedule.note_lane_jobs(5)  # a batch is running
+    settings.gpu_schedule.note_lane_jobs(5)  # a batch is running, and keeps running
     worker = baseline_worker.BaselineWorker(settings, measure_task=measure)
     baseline_worker.register(settings, worker)
 
@@ -141,10 +156,17 @@ def test_a_baseline_no_job_waits_for_is_measured_once_the_lane_is_quiet(db_url):
         return compile_baseline.attach(keys[name], f"# {name}\n{REFERENCE}", OPTIONS, settings, wait=wait,
                                        release_device=lambda: None)
 
-    assert ask("deferred", wait=False).state == "pending"
-    waited = ask("urgent", wait=True)  # asked later, but a job waits for it: measured first, lane busy or not
-    assert waited.state == "waited" and measured == [keys["urgent"]]
-    assert worker.pending(keys["deferred"]) and not done["deferred"].is_set()
-    settings.gpu_schedule.note_lane_jobs(0)  # the batch is over
-    assert done["deferred"].wait(30)
-    assert measured == [keys["urgent"], keys["deferred"]]
+    assert ask("first", wait=False).state == "pending"
+    assert first_started.wait(30), "measured at once, with the batch running"
+    assert ask("background", wait=False).state == "pending"
+    waiting = threading.Thread(target=lambda: ask("urgent", wait=True), daemon=True)
+    waiting.start()
+    # The waiting job is counted before the first measurement ends, so the next pick sees it.
+    assert wait_until(lambda: worker._waiters.get(keys["urgent"]), 30)
+    first_release.set()
+    waiting.join(30)
+    assert not waiting.is_alive()
+    assert wait_until(lambda: not worker.pending(keys["background"]), 30)
+    assert measured == [keys["first"], keys["urgent"], keys["background"]]
+    # A later job of the problem finds its baseline: no longer pending.
+    assert ask("background", wait=False).state != "pending"

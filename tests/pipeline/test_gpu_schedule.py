@@ -76,3 +76,55 @@ def test_background_work_waits_for_a_timing_but_never_holds_one_up():
     with schedule.background():
         with schedule.exclusive():  # taken at once: background work holds nothing
             assert schedule.state().exclusive
+
+
+def test_beside_another_job_a_shared_stage_waits_while_the_cards_measured_memory_is_full():
+    import threading
+
+    memory = {"share": 0.95}
+    schedule = GpuSchedule("gpu0", sharers=2, memory_share=lambda: memory["share"])
+    schedule.acquire_shared()  # alone on the device: admitted whatever the memory says
+    admitted = threading.Event()
+
+    def second_job() -> None:
+        schedule.acquire_shared()
+        admitted.set()
+
+    thread = threading.Thread(target=second_job, daemon=True)
+    thread.start()
+    assert schedule.wait_until(lambda s: s.waiting_shared == 1, timeout=10)
+    assert not admitted.wait(0.6)  # held back across two memory re-reads
+    memory["share"] = 0.5  # the card's memory falls under the admission share
+    assert admitted.wait(10) and schedule.state().shared == 2
+    assert schedule.memory_waits == 1
+    schedule.release_shared()
+    schedule.release_shared()
+
+
+def test_a_job_held_back_by_memory_starts_when_the_one_on_the_device_leaves():
+    import threading
+
+    schedule = GpuSchedule("gpu0", sharers=2, memory_share=lambda: 0.99)
+    schedule.acquire_shared()
+    admitted = threading.Event()
+    thread = threading.Thread(target=lambda: (schedule.acquire_shared(), admitted.set()), daemon=True)
+    thread.start()
+    assert schedule.wait_until(lambda s: s.waiting_shared == 1, timeout=10)
+    schedule.release_shared()  # alone now: it may have the device whatever the memory says
+    assert admitted.wait(10) and schedule.state().shared == 1
+    schedule.release_shared()
+
+
+def test_the_gpu_monitor_integrates_busy_time_and_keeps_the_memory_peak():
+    from worker.engine.gpu_monitor import GpuMonitor
+
+    monitor = GpuMonitor()
+    monitor.record("0, 100, 40000, 80000", now=10.0)
+    monitor.record("1, 0, 1000, 80000", now=10.0)
+    monitor.record("0, 50, 76000, 80000", now=12.0)  # half busy over the 2 s since the last line
+    monitor.record("0, [N/A], [N/A], 80000", now=13.0)  # nothing measured: ignored
+    monitor.record("0, 0, 20000, 80000", now=14.0)
+    gpu0, gpu1 = monitor.readings()
+    assert gpu0.busy_s == 1.0 and gpu1.busy_s == 0.0
+    assert gpu0.memory_peak == 0.95 and gpu0.memory_share == 0.25
+    assert monitor.reading(1).memory_used_bytes == 1000 * 1024**2

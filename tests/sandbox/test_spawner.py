@@ -13,8 +13,8 @@ from worker.engine.sandbox import ResourceLimits, SandboxExited, SandboxProcess,
 from worker.engine.sandbox import spawner as spawner_module
 from worker.engine.sandbox.spawn_server import (
     Exited,
-    SpawnFailed,
     Spawned,
+    SpawnFailed,
     SpawnRequest,
     decode_reply,
     decode_request,

@@ -12,9 +12,11 @@ built library there instead of compiling again. The cache is on disk, so it outl
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -49,7 +51,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent / "cuda_build"
 BOOT = (f"import sys; sys.path.insert(0, {str(PACKAGE_DIR.parent)!r}); "
         "from cuda_build.sandboxed import main; raise SystemExit(main())")
 _pch_ready: set[Path] = set()
+_pch_failed: dict[Path, str] = {}  # root -> why its headers could not be built (builds take the full path)
 _pch_lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -120,13 +124,91 @@ def trim_compiler_log(text: str, max_chars: int = MAX_LOG_CHARS) -> str:
 
 
 def pch_root(settings: EngineSettings, torch_version: str) -> Path:
-    """The precompiled torch headers, built once by this (trusted) process; builds read them only."""
+    """The precompiled torch headers, built once by this (trusted) process; builds read them only.
+
+    Callers that arrive while they are being built (by PchWarmup at start-up, or by an earlier build)
+    wait for that one build. Where it fails, the failure is logged and kept (not retried until the
+    process restarts): builds go on, and a build whose flags have no header takes the full path,
+    saying so in its record. A missing toolchain raises ToolchainMissing."""
     root = settings.build_cache / "pch"
     with _pch_lock:
-        if root not in _pch_ready:
-            ensure_pchs(root, find_toolchain(), torch_version)
-            _pch_ready.add(root)
+        if root not in _pch_ready and root not in _pch_failed:
+            toolchain = find_toolchain()
+            try:
+                ensure_pchs(root, toolchain, torch_version)
+            except Exception as exc:  # noqa: BLE001 - a header that cannot be built costs speed, not builds
+                _pch_failed[root] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+                log.error("the precompiled torch header could not be built (CUDA builds take the full build "
+                          "path where no header fits): %s", _pch_failed[root])
+            else:
+                _pch_ready.add(root)
     return root
+
+
+def pch_failure(settings: EngineSettings) -> str | None:
+    """Why this process could not build the precompiled headers (None: built, or not tried)."""
+    return _pch_failed.get(settings.build_cache / "pch")
+
+
+class PchWarmup:
+    """The precompiled headers built in a background thread at service start, off the first jobs' path
+    (builds that arrive meanwhile wait in pch_root for this one build). `state` is what /v1/ready
+    reports: warming, ok, or failed: why (then builds take the full path where no header fits)."""
+
+    def __init__(self, settings: EngineSettings, torch_version: str) -> None:
+        self.settings = settings
+        self.torch_version = torch_version
+        self.seconds: float | None = None
+        self.error: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pch-warmup", daemon=True)
+
+    def start(self) -> PchWarmup:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            pch_root(self.settings, self.torch_version)
+            self.error = pch_failure(self.settings)
+        except Exception as exc:  # noqa: BLE001 - reported by /v1/ready, never left "warming"
+            self.error = f"{type(exc).__name__}: {exc}"
+        self.seconds = round(time.monotonic() - started, 1)
+        if self.error is None:
+            log.info("precompiled torch headers ready in %.1fs", self.seconds)
+        self._done.set()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._done.wait(timeout_s)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def state(self) -> str:
+        if not self._done.is_set():
+            return "warming"
+        if self.error is None:
+            return "ok"
+        return f"failed: {self.error}; CUDA builds take the full build path where no header fits"
+
+
+def start_pch_warmup(settings: EngineSettings, device: str) -> PchWarmup | None:
+    """Start building the precompiled headers now where this process's workers build CUDA: device
+    `cuda`, or `auto` on a host with a GPU (CPU workers refuse CUDA candidates, so a CPU-only service
+    never builds them) and a CUDA toolchain (without one, builds report the sandbox unavailable)."""
+    if device == "cpu" or (device == "auto" and not os.path.exists("/dev/nvidiactl")):
+        return None
+    try:
+        find_toolchain()
+    except ToolchainMissing as exc:
+        log.warning("no precompiled header warm-up: %s", exc)
+        return None
+    import torch
+
+    return PchWarmup(settings, torch.__version__).start()
 
 
 def _record(extensions: list[dict], seconds: float) -> BuildRecord:
@@ -151,7 +233,8 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, *, settings: EngineSetti
     toolchain = find_toolchain()
     config = RunnerConfig(role="candidate", mode="build", device="cuda", paths=RunnerPaths(source=source_file),
                           sandbox=sandbox)
-    limits = ResourceLimits(cpu_s=int(limit_s * 4) + 30, address_space_bytes=pool.memory_cap_bytes())
+    limits = ResourceLimits(cpu_s=int(limit_s * 4) + 30, address_space_bytes=pool.memory_cap_bytes(),
+                            memory_bytes=settings.sandbox_memory_bytes)
     spec = runner_spec(config, settings, limits)
     # Builds use the cores the device lanes do not reserve, below everything else (timing isolation).
     spec.cpus = settings.cpu_plan().build_cpus or None
@@ -200,20 +283,69 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, *, settings: EngineSetti
     return reply
 
 
+@dataclass
+class _Flight:
+    """One build of a cache key in progress in this process; jobs with the same key wait for it."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: BuildOutcome | None = None
+    failure: BuildFailure | None = None  # the candidate's own build error, shared with the waiters
+
+
+_flights: dict[Path, _Flight] = {}  # by cache entry (cache folder and key)
+_flights_lock = threading.Lock()
+
+
 def build_cuda_candidate(
     source_file: Path, candidate: str, *, settings: EngineSettings, limit_s: float, sandbox: SandboxKind,
     torch_version: str, build_path: str | None = None,
 ) -> BuildOutcome:
+    """The candidate's built extension: from the cache, from a build of the same key already running
+    in this process (single flight: a batch holding one source N times builds it once), or built now.
+
+    A BuildFailure (the builder's report of the candidate's own error) reaches every job that waited
+    for that build. Other failures (time limit, a crash, the sandbox) may be the host's, not the
+    source's: the waiters then build again themselves, one at a time. Failures are not cached."""
     build_path = build_path or default_build_path()
     key = cache_key(candidate, torch_version, settings, build_path, sandbox)
-    ext_dir = settings.build_cache / key
     settings.build_cache.mkdir(parents=True, exist_ok=True)
     try:
         pch_root(settings, torch_version)  # trusted work, before the pool slot and the time limit
     except ToolchainMissing as exc:
         raise SandboxUnavailable(str(exc)) from None
+    entry = settings.build_cache / key
+    while True:
+        with _flights_lock:
+            flight = _flights.get(entry)
+            leading = flight is None
+            if leading:
+                flight = _flights[entry] = _Flight()
+        if leading:
+            break
+        flight.done.wait()
+        if flight.outcome is not None:
+            return dataclasses.replace(flight.outcome, cached=True)
+        if flight.failure is not None:
+            raise dataclasses.replace(flight.failure)  # an exception object of its own per job
+    try:
+        flight.outcome = _build_once(source_file, key, settings=settings, limit_s=limit_s, sandbox=sandbox,
+                                     torch_version=torch_version, build_path=build_path)
+        return flight.outcome
+    except BuildFailure as failure:
+        flight.failure = failure
+        raise
+    finally:
+        with _flights_lock:
+            del _flights[entry]
+        flight.done.set()
+
+
+def _build_once(source_file: Path, key: str, *, settings: EngineSettings, limit_s: float, sandbox: SandboxKind,
+                torch_version: str, build_path: str) -> BuildOutcome:
+    ext_dir = settings.build_cache / key
     with open(settings.build_cache / f"{key}.lock", "w") as lock:
-        # Two jobs with the same candidate build once; the second waits and reuses it.
+        # Two processes (workers sharing the cache) with the same candidate build once; the second
+        # waits and reuses it.
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (ext_dir / BUILT_MARKER).exists():
             saved = ext_dir / RECORD_FILE

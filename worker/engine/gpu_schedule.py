@@ -4,6 +4,8 @@ A readers-writer lock per GPU (or per CPU worker). Stages that may overlap with 
 (reference, candidate, compare) hold it *shared*; timing holds it *exclusive*, so no other
 job's work runs on the device while a job is timed. Timing is preferred: once a job waits to
 time, no new shared stage starts, so a steady stream of correctness work cannot starve it.
+Memory is admitted by measurement: beside another job, a shared stage starts only while the
+card's measured memory (gpu_monitor) is under MEMORY_ADMIT_SHARE.
 
 The service's pipeline moves each job's `DeviceLease` by the engine's stage notifications
 (`worker.engine.StageCallback`): "timing" takes the device exclusively, "reward" lets it go,
@@ -42,11 +44,22 @@ class ScheduleState:
     waiting_exclusive: int
 
 
+# A shared stage starts beside other jobs' only while the card's measured memory is under this share
+# (gpu_monitor): jobs pile onto a full card no more; one job alone always may.
+MEMORY_ADMIT_SHARE = 0.90
+MEMORY_RECHECK_S = 0.25  # memory moves without a notification: re-read it this often while held back
+
+
 class GpuSchedule:
-    def __init__(self, name: str, sharers: int = 1):
+    def __init__(self, name: str, sharers: int = 1, memory_share: Callable[[], float | None] | None = None,
+                 memory_limit: float = MEMORY_ADMIT_SHARE):
+        """`memory_share`: the device's measured used/total memory now (None: not known)."""
         self.name = name
         # Jobs that may be in device stages at once: the engine may size per-job memory caps from it.
         self.sharers = max(1, sharers)
+        self.memory_share = memory_share
+        self.memory_limit = memory_limit
+        self.memory_waits = 0  # shared stages held back by the card's memory
         self._cond = threading.Condition()
         self._shared = 0
         self._owner: int | None = None  # thread holding the exclusive lock
@@ -84,10 +97,21 @@ class GpuSchedule:
         with self._cond:
             self._waiting_shared += 1
             self._cond.notify_all()
-            self._cond.wait_for(lambda: self._owner is None and self._waiting_exclusive == 0)
+            held_back = False
+            while True:
+                self._cond.wait_for(lambda: self._owner is None and self._waiting_exclusive == 0)
+                if self._shared == 0 or not self._memory_full():
+                    break
+                held_back = True
+                self._cond.wait(MEMORY_RECHECK_S)
+            self.memory_waits += held_back
             self._waiting_shared -= 1
             self._shared += 1
             self._cond.notify_all()
+
+    def _memory_full(self) -> bool:
+        share = self.memory_share() if self.memory_share is not None else None
+        return share is not None and share >= self.memory_limit
 
     def release_shared(self) -> None:
         with self._cond:

@@ -68,7 +68,8 @@ class JudgeSession:
         self.options = options
         cuda = options.device == Device.cuda
         limits = ResourceLimits(cpu_s=int(options.limits.run_s * 4) + 600,
-                                address_space_bytes=None if cuda else 16 * 1024**3)
+                                address_space_bytes=None if cuda else 16 * 1024**3,
+                                memory_bytes=settings.sandbox_memory_bytes)
         config = RunnerConfig(role="reference", mode="run", device=options.device.value, paths=RunnerPaths(),
                               sandbox=options.sandbox)
         self.session = RunnerSession(config, settings, limits)
@@ -155,3 +156,7 @@ class JudgeSession:
 
     def close(self) -> None:
         self.session.process.close(grace_s=2.0)
+
+    def kill(self) -> None:
+        """Kill it now (no goodbye): a thread waiting for its reply wakes with SandboxExited."""
+        self.session.process.kill()

@@ -133,6 +133,8 @@ class ReferenceCache:
         self.per_key = max(1, per_key)
         self._entries: dict[ProblemKey, list[CachedReference]] = {}
         self._warming: dict[ProblemKey, threading.Event] = {}
+        # Entries a job holds now, cached or private, and the thread holding each (kill_held_by).
+        self._holders: dict[int, tuple[CachedReference, threading.Thread]] = {}
         self._inflation = 0.0
         self._evicted = 0
         self._lock = threading.Lock()
@@ -156,6 +158,7 @@ class ReferenceCache:
             if found is not None:
                 found.uses += 1
                 found.value = self._inflation + found.miss_cost_s / self._share(found)
+                self._held_by_me(found)
         for entry in stale:
             self._retire(entry)
         return found
@@ -166,6 +169,8 @@ class ReferenceCache:
         if hold:
             entry.lock.acquire()
             entry.uses = 1
+            with self._lock:
+                self._held_by_me(entry)
         if self.max_entries <= 0 or entry.key is None:
             entry.cached = False
             return entry
@@ -185,13 +190,31 @@ class ReferenceCache:
 
     def checkin(self, entry: CachedReference, *, healthy: bool) -> None:
         """Done with an entry: kept for the next job, or (unhealthy, or never cached) closed."""
+        with self._lock:
+            self._holders.pop(id(entry), None)
+            if not (healthy and entry.cached):
+                self._remove(entry)
         if healthy and entry.cached:
             entry.lock.release()
             return
-        with self._lock:
-            self._remove(entry)
         entry.lock.release()
         self._retire(entry)
+
+    def kill_held_by(self, threads: set[threading.Thread]) -> int:
+        """Kill the judges `threads` hold (a stalled lane's abandoned threads, worker/jobs/watchdog.py): a
+        thread blocked on a judge's reply wakes with an error, and the entries are dropped, so no job is
+        given a killed judge. Returns how many were killed."""
+        with self._lock:
+            victims = [entry for entry, holder in self._holders.values() if holder in threads]
+            for entry in victims:
+                self._remove(entry)
+                entry.cached = False  # its holder's checkin retires it
+        for entry in victims:
+            try:
+                entry.judge.kill()
+            except Exception:  # noqa: BLE001 - one judge that cannot be killed must not spare the others
+                log.exception("could not kill a stalled job's judge")
+        return len(victims)
 
     # -- judges started ahead ------------------------------------------------------------
     def begin_warming(self, key: ProblemKey) -> bool:
@@ -229,6 +252,10 @@ class ReferenceCache:
                                sum(e.held.host_bytes for e in entries), self._evicted)
 
     # -- inside ------------------------------------------------------------------------------
+    def _held_by_me(self, entry: CachedReference) -> None:
+        """Called with the lock held."""
+        self._holders[id(entry)] = (entry, threading.current_thread())
+
     def _share(self, entry: CachedReference) -> float:
         return self.budget.share(entry.held) if self.budget is not None else 1.0
 

@@ -62,6 +62,10 @@ class WarmRunner:
     def alive(self) -> bool:
         return self.session.process.running
 
+    def kill(self) -> None:
+        """Kill it now: a thread waiting for its reply wakes with SandboxExited (its job's retire cleans up)."""
+        self.session.process.kill()
+
     def close(self) -> None:
         try:
             self.session.process.close(grace_s=2.0)
@@ -85,6 +89,8 @@ class SandboxPool:
         self._error: Exception | None = None
         self._closed = False
         self._cond = threading.Condition()
+        # Runners handed out and not yet retired, with the thread that took each (kill_taken_by).
+        self._taken: dict[int, tuple[WarmRunner, threading.Thread]] = {}
         self._teardown: queue.Queue[WarmRunner | None] = queue.Queue()
         self._teardown_thread = threading.Thread(target=self._teardown_loop, name=f"{name}-teardown", daemon=True)
         self._teardown_thread.start()
@@ -98,6 +104,8 @@ class SandboxPool:
         """A ready runner, for one candidate only. Waits while the pool is empty."""
         if self.size <= 0:
             runner = self._start_runner()
+            with self._cond:
+                self._taken[id(runner)] = (runner, threading.current_thread())
             runner.enter_job()
             return runner
         deadline = time.monotonic() + max(timeout_s, 0.0)
@@ -107,6 +115,7 @@ class SandboxPool:
                     runner = self._ready.popleft()
                     self._cond.notify_all()  # the refiller starts the next one
                     if runner.alive:
+                        self._taken[id(runner)] = (runner, threading.current_thread())
                         runner.enter_job()
                         return runner
                     log.warning("%s: a warm runner died while waiting; discarded", self.name)
@@ -121,7 +130,21 @@ class SandboxPool:
 
     def retire(self, runner: WarmRunner) -> None:
         """Tear a used runner down, off the caller's thread."""
+        with self._cond:
+            self._taken.pop(id(runner), None)
         self._teardown.put(runner)
+
+    def kill_taken_by(self, threads: set[threading.Thread]) -> int:
+        """Kill the runners `threads` took and have not retired (a stalled lane's abandoned threads,
+        worker/jobs/watchdog.py), so that a thread blocked on a runner's reply wakes with an error."""
+        with self._cond:
+            victims = [runner for runner, taker in self._taken.values() if taker in threads]
+        for runner in victims:
+            try:
+                runner.kill()
+            except Exception:  # noqa: BLE001 - one runner that cannot be killed must not spare the others
+                log.exception("%s: could not kill a stalled job's runner", self.name)
+        return len(victims)
 
     @property
     def ready_count(self) -> int:
@@ -195,6 +218,7 @@ class PoolKey:
     size: int
     isolation: IsolationConfig
     scratch_bytes: tuple[int, int, int]  # /tmp, /dev/shm, /kj/ext
+    memory_bytes: int  # the cap on each sandbox's memory (ResourceLimits.memory_bytes)
 
 
 _pools: dict[PoolKey, SandboxPool] = {}
@@ -222,7 +246,8 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
     slot = _slot_folder()
     (slot / "ext").mkdir()
     limits = ResourceLimits(cpu_s=POOLED_CPU_S,
-                            address_space_bytes=None if key.device == Device.cuda else 16 * 1024**3)
+                            address_space_bytes=None if key.device == Device.cuda else 16 * 1024**3,
+                            memory_bytes=key.memory_bytes)
     config = RunnerConfig(role="candidate", mode="run", device=key.device.value,
                           paths=RunnerPaths(ext_dir=slot / "ext"), sandbox=key.sandbox)
     plan = settings.cpu_plan()
@@ -242,7 +267,8 @@ def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> 
     """The pool of candidate runners for this kind of job (started on first use)."""
     key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.isolate_network,
                   settings.cuda_arch_list, settings.pool_size(), settings.isolation,
-                  (settings.sandbox_tmp_bytes, settings.sandbox_shm_bytes, settings.sandbox_ext_bytes))
+                  (settings.sandbox_tmp_bytes, settings.sandbox_shm_bytes, settings.sandbox_ext_bytes),
+                  settings.sandbox_memory_bytes)
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
@@ -250,6 +276,13 @@ def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> 
                                name=f"sandboxes-{device.value}-{sandbox.value}")
             _pools[key] = pool
         return pool
+
+
+def kill_runners_held_by(threads: set[threading.Thread]) -> int:
+    """Kill the candidate runners `threads` hold, in every pool of this process (SandboxPool.kill_taken_by)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+    return sum(pool.kill_taken_by(threads) for pool in pools)
 
 
 @atexit.register

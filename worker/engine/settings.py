@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .cpu_plan import CpuPlan, plan_cpus
-from .sandbox.spec import MIB, IsolationConfig
+from .sandbox.spec import MIB, SANDBOX_MEMORY_BYTES, IsolationConfig
 
 if TYPE_CHECKING:
     from .baselines import BaselineBook
@@ -42,6 +42,9 @@ class EngineSettings:
     sandbox_tmp_bytes: int = 4096 * MIB
     sandbox_shm_bytes: int = 256 * MIB
     sandbox_ext_bytes: int = 1024 * MIB
+    # Cap on each sandbox's memory as a whole (its processes and the tmpfs pages above; a memory cgroup
+    # per sandbox for a root-run worker, sandbox/identity.py): judges, candidate runners and builds.
+    sandbox_memory_bytes: int = SANDBOX_MEMORY_BYTES
     cpu_threads: int = 2
     # Memory bandwidth (GB/s) used for the roofline plausibility bound; 0 disables it.
     peak_bandwidth_gbps: float = 0.0
@@ -116,6 +119,9 @@ class EngineSettings:
             megabytes = os.environ.get(variable)
             if megabytes:
                 setattr(settings, attribute, int(megabytes) * MIB)
+        memory = os.environ.get("KERNELJUDGE_SANDBOX_MEMORY")
+        if memory:
+            settings.sandbox_memory_bytes = parse_memory_size("KERNELJUDGE_SANDBOX_MEMORY", memory)
         settings.cpu_threads = int(os.environ.get("KERNELJUDGE_CPU_THREADS", str(min(4, os.cpu_count() or 1))))
         settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", settings.timing_pool_size))
         settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES",
@@ -161,6 +167,26 @@ class EngineSettings:
 
             self.baselines = MemoryBaselineBook()
         return self.baselines
+
+
+_SIZE_UNITS = {"": 1, "K": 1024, "M": MIB, "G": 1024**3, "T": 1024**4}
+# Less than this cannot start an interpreter with torch: a cap this low is a typo, not a choice.
+MIN_SANDBOX_MEMORY_BYTES = 256 * MIB
+
+
+def parse_memory_size(variable: str, text: str) -> int:
+    """A size in bytes, or with a binary unit: `16G`, `16GiB`, `12288M`, `17179869184`."""
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = value[-1:] if value[-1:] in _SIZE_UNITS else ""
+    number = value[:len(value) - len(unit)].strip()
+    try:
+        size = int(float(number) * _SIZE_UNITS[unit])
+    except (ValueError, OverflowError):
+        raise ValueError(f"{variable} must be a size such as 16G, 12288M or a number of bytes, not {text!r}") from None
+    if size < MIN_SANDBOX_MEMORY_BYTES:
+        raise ValueError(f"{variable}={text!r} is under {MIN_SANDBOX_MEMORY_BYTES // MIB} MiB: no sandbox "
+                         "could start under it")
+    return size
 
 
 def _isolation_from_env() -> IsolationConfig:

@@ -14,21 +14,29 @@ Both executors feed lanes through `admit()`: the embedded workers (app/executors
 next queued job from the store, the Celery task (worker/jobs/distributed/tasks.py) claims the job
 its message names. Every stage is visible in the store (`building`, `built_at`, `running`),
 and a job in any stage when the process dies is requeued by JobStore's recovery.
+
+A lane that has jobs but makes no progress for `stall_s` is restarted by the process's watchdog
+(worker/jobs/watchdog.py, `DeviceLane.restart`): its jobs go back to the queue and fresh device
+threads start; the stuck threads are abandoned, and what they do afterwards changes nothing (their
+tickets are marked abandoned, and the store refuses their attempt's writes).
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from worker.engine.cuda_build.pool import build_slots
+from worker.engine.gpu_monitor import memory_share_of
 from worker.engine.gpu_schedule import GpuSchedule
 from worker.jobs.claim_policy import DEFAULT_BURST, ClaimPolicy
 from worker.jobs.store import Job, JobStore
@@ -43,16 +51,34 @@ from worker.jobs.store.runner import (
     prepare_claimed,
     real_engine,
 )
+from worker.jobs.watchdog import LaneWatchdog
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DEVICE_CONCURRENCY = 2
 RELEASED_ON_STOP = "returned to the queue: its worker stopped before the job reached the device"
+# A lane with jobs and no stage transition for this long is stalled (worker/jobs/watchdog.py). Above
+# any single stage a job may legitimately take with the default caps: a build (600 s), the judge's
+# start (300 s) plus the reference's run (300 s), the torch.compile baseline (600 s); a deployment that
+# lets keys ask for longer stages (admin caps go to 3600 s) raises it.
+DEFAULT_STALL_S = 1800.0
+STALLED = "its device lane made no progress and was restarted (KERNELJUDGE_WATCHDOG_STALL_S)"
+RESTART_LOCK_S = 30.0  # a restart waits this long for the lane's lock (held only for moments when healthy)
+
+
+class LaneRestarted(Exception):
+    """The future of a job whose lane was restarted (watchdog): the job went back to the queue (or, after
+    its retry, was failed); a caller that holds a claim token for it (the Celery task) claims again."""
 
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return max(1, int(value)) if value not in (None, "") else default
+
+
+def _env_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return max(0.0, float(value)) if value not in (None, "") else default
 
 
 @dataclass(frozen=True)
@@ -61,6 +87,7 @@ class PipelineConfig:
     prepare_ahead: int = 2  # jobs per device being prepared or prepared and waiting
     prepare_threads: int = 3  # prepare (validate + build) threads per process
     claim_burst: int = DEFAULT_BURST  # claims in a row of one problem while others wait (claim_policy)
+    stall_s: float = DEFAULT_STALL_S  # a lane with jobs and no progress this long is restarted; 0: never
 
     @property
     def capacity(self) -> int:
@@ -81,7 +108,8 @@ class PipelineConfig:
 
     @classmethod
     def from_env(cls) -> PipelineConfig:
-        """KERNELJUDGE_DEVICE_CONCURRENCY, KERNELJUDGE_PREPARE_AHEAD, KERNELJUDGE_PREPARE_THREADS.
+        """KERNELJUDGE_DEVICE_CONCURRENCY, KERNELJUDGE_PREPARE_AHEAD, KERNELJUDGE_PREPARE_THREADS,
+        KERNELJUDGE_CLAIM_BURST, KERNELJUDGE_WATCHDOG_STALL_S.
 
         By default a device runs 2 jobs' correctness stages at once, and enough jobs are prepared
         ahead to keep every build slot of the node busy for it. Prepare threads outnumber build
@@ -92,7 +120,8 @@ class PipelineConfig:
         return cls(device_concurrency=concurrency,
                    prepare_ahead=_env_int("KERNELJUDGE_PREPARE_AHEAD", max(concurrency, slots)),
                    prepare_threads=_env_int("KERNELJUDGE_PREPARE_THREADS", slots + 2),
-                   claim_burst=_env_int("KERNELJUDGE_CLAIM_BURST", DEFAULT_BURST))
+                   claim_burst=_env_int("KERNELJUDGE_CLAIM_BURST", DEFAULT_BURST),
+                   stall_s=_env_seconds("KERNELJUDGE_WATCHDOG_STALL_S", DEFAULT_STALL_S))
 
 
 @dataclass(frozen=True)
@@ -104,12 +133,26 @@ class LaneState:
     waiting_for_room: int  # callers blocked in admit()
 
 
+@dataclass(frozen=True)
+class LaneHealth:
+    """What the watchdog, /v1/ready and /metrics read of a lane."""
+
+    name: str
+    busy: bool  # jobs claimed and not finished
+    last_progress_s_ago: float  # since its last stage transition (claim, prepared, device stage, finish)
+    stalled: bool  # the watchdog found it stalled and has not restarted it yet
+    restarts: int
+
+
 @dataclass
 class _Ticket:
     job: Job
     future: Future
     claimed: int  # this lane's claim sequence: the claim policy's order (priority, fairness, by problem)
     ready: ReadyJob | None = None
+    thread: threading.Thread | None = None  # the thread working on it now (prepare, then device)
+    # Set (under the lane's lock) when a restart gave its job back: its thread's later results change nothing.
+    abandoned: bool = False
 
 
 class DeviceLane:
@@ -120,7 +163,7 @@ class DeviceLane:
         self.pipeline = pipeline
         self.identity = identity
         self.capacity = config.capacity
-        self.schedule = GpuSchedule(identity.name, config.device_concurrency)
+        self.schedule = self._new_schedule()
         self.settings = pipeline.settings_factory(identity, self.schedule)
         _configure_lane(self.settings, pipeline, identity, index, lanes)
         self.claims = ClaimPolicy(per_problem=config.per_problem, burst=config.claim_burst)
@@ -131,6 +174,17 @@ class DeviceLane:
         self._threads: list[threading.Thread] = []
         self._in_flight: Counter[str] = Counter()  # claimed, unfinished jobs per problem
         self._on_device: Counter[str] = Counter()  # jobs per problem in device stages now
+        self._tickets: dict[int, _Ticket] = {}  # claimed, unfinished, by claim sequence
+        self._generation = 0  # device threads of an older generation exit (a restart abandoned them)
+        self._progress_at = time.monotonic()
+        self._stalled = False
+        self._restarts = 0
+
+    def _new_schedule(self) -> GpuSchedule:
+        """The lane's device schedule; on a GPU it admits shared stages by the card's measured memory."""
+        gpu = self.identity.gpu
+        memory = memory_share_of(int(gpu)) if self.identity.device == "cuda" and gpu and gpu.isdigit() else None
+        return GpuSchedule(self.identity.name, self.pipeline.config.device_concurrency, memory_share=memory)
 
     # ---- what to claim --------------------------------------------------------------------
 
@@ -194,12 +248,15 @@ class DeviceLane:
         with self._cond:
             self._preparing += 1
             self._in_flight[job.problem_id] += 1
+            self._tickets[ticket.claimed] = ticket
+            self._progress()
             self._cond.notify_all()
         try:
-            self.pipeline.prepare_pool.submit(self._prepare, ticket)
+            self.pipeline.submit_prepare(self._prepare, ticket)
         except RuntimeError:  # the pool shut down between the check above and now
             with self._cond:
-                self._preparing -= 1
+                if not ticket.abandoned:
+                    self._preparing -= 1
             self.pipeline.release_unrun(job)
             self._complete(ticket, None)
         return ticket.future
@@ -210,6 +267,16 @@ class DeviceLane:
 
     def _state(self) -> LaneState:
         return LaneState(self._admitted, self._preparing, len(self._ready), self._executing, self._waiting)
+
+    def health(self) -> LaneHealth:
+        """Read without the lane's lock (each field is one atomic read), so that the watchdog and /v1/ready
+        still answer when a stuck thread holds it."""
+        return LaneHealth(self.identity.name, bool(self._tickets), time.monotonic() - self._progress_at,
+                          self._stalled, self._restarts)
+
+    def _progress(self) -> None:
+        """A stage transition: the lane's sign of life for the watchdog (a float store, atomic)."""
+        self._progress_at = time.monotonic()
 
     def wait_until(self, predicate: Callable[[LaneState], bool], timeout: float | None = None) -> bool:
         """Block until `predicate(state)` holds (re-checked at every change); False on timeout."""
@@ -226,9 +293,14 @@ class DeviceLane:
 
     def _prepare(self, ticket: _Ticket) -> None:
         job = ticket.job
+        with self._cond:
+            if ticket.abandoned:  # its lane restarted before a thread got to it: the watchdog requeued it
+                return
+            ticket.thread = threading.current_thread()
         if self.pipeline.stopping:
             with self._cond:
-                self._preparing -= 1
+                if not ticket.abandoned:
+                    self._preparing -= 1
             self.pipeline.release_unrun(job)
             self._complete(ticket, None)
             return
@@ -238,15 +310,21 @@ class DeviceLane:
             log.exception("%s could not prepare job %s", self.identity.name, job.id)
             outcome = self.pipeline.fail_safely(job, "the worker failed while preparing this job; see its log")
         with self._cond:
-            self._preparing -= 1
-            if isinstance(outcome, ReadyJob) and not self.pipeline.stopping:
+            abandoned = ticket.abandoned
+            if not abandoned:
+                self._preparing -= 1
+                self._progress()
+            if isinstance(outcome, ReadyJob) and not self.pipeline.stopping and not abandoned:
                 ticket.ready = outcome
                 key = (-job.priority, ticket.claimed, ticket)
                 heapq.heappush(self._ready, key)
                 self._cond.notify_all()
                 return
             self._cond.notify_all()
-        if isinstance(outcome, ReadyJob):  # stopping: the job goes back to the queue, unrun
+        if isinstance(outcome, ReadyJob) and abandoned:  # the watchdog gave the job back; the store refuses us
+            outcome.discard()
+            outcome = None
+        elif isinstance(outcome, ReadyJob):  # stopping: the job goes back to the queue, unrun
             self.pipeline.release_unrun(outcome.job, outcome)
             outcome = None
         self._complete(ticket, outcome)
@@ -264,37 +342,54 @@ class DeviceLane:
         heapq.heapify(self._ready)
         return entry[2]
 
-    def _device_loop(self) -> None:
+    def _device_loop(self, generation: int) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self.pipeline.stopping or self._ready)
-                if self.pipeline.stopping:
+                self._cond.wait_for(lambda: self.pipeline.stopping or self._generation != generation
+                                    or self._ready)
+                if self.pipeline.stopping or self._generation != generation:
                     return
                 ticket = self._next_ready()
+                ticket.thread = threading.current_thread()
                 self._executing += 1
                 self._on_device[ticket.job.problem_id] += 1
+                self._progress()
+                lease = self.schedule.lease()
                 self._cond.notify_all()
             final = None
             try:
                 assert ticket.ready is not None
                 final = execute_ready(self.pipeline.store, ticket.ready, self.settings, self.pipeline.engine,
-                                      self.schedule.lease())
+                                      lease, functools.partial(self._stage_entered, ticket))
             except Exception:
                 log.exception("%s could not record job %s", self.identity.name, ticket.job.id)
                 final = self.pipeline.fail_safely(ticket.job, "the worker failed to record this job's outcome; "
                                                               "see the server log")
             finally:
                 with self._cond:
-                    self._executing -= 1
-                    self._on_device[ticket.job.problem_id] -= 1
+                    if not ticket.abandoned:
+                        self._executing -= 1
+                        self._on_device[ticket.job.problem_id] -= 1
                     self._cond.notify_all()
                 self._complete(ticket, final)
 
+    def _stage_entered(self, ticket: _Ticket) -> None:
+        if not ticket.abandoned:  # an abandoned thread is no sign of this lane's life
+            self._progress()
+
     def _complete(self, ticket: _Ticket, final: Job | None) -> None:
         with self._cond:
-            self._in_flight[ticket.job.problem_id] -= 1
-            if self._in_flight[ticket.job.problem_id] <= 0:
-                del self._in_flight[ticket.job.problem_id]
+            abandoned = ticket.abandoned
+            if not abandoned:
+                self._tickets.pop(ticket.claimed, None)
+                self._in_flight[ticket.job.problem_id] -= 1
+                if self._in_flight[ticket.job.problem_id] <= 0:
+                    del self._in_flight[ticket.job.problem_id]
+                self._progress()
+        if abandoned:  # the restart settled its future and its place in the lane
+            if final is not None:  # it finished before the watchdog could take it back: report it
+                self.pipeline.finished(final)
+            return
         self._leave()
         ticket.future.set_result(final)
         if final is not None:
@@ -303,11 +398,105 @@ class DeviceLane:
     # ---- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        for slot in range(self.pipeline.config.device_concurrency):
-            thread = threading.Thread(target=self._device_loop, name=f"{self.identity.name}/device{slot}",
-                                      daemon=True)
+        with self._cond:
+            generation = self._generation
+            threads = [threading.Thread(target=self._device_loop, args=(generation,), daemon=True,
+                                        name=f"{self.identity.name}/device{slot}"
+                                             + (f"/restart{generation}" if generation else ""))
+                       for slot in range(self.pipeline.config.device_concurrency)]
+            self._threads = threads
+        for thread in threads:
             thread.start()
-            self._threads.append(thread)
+
+    def mark_stalled(self) -> None:
+        """The watchdog found this lane stalled: not ready until `restart` has run (no lock: see health)."""
+        self._stalled = True
+
+    def restart(self, reason: str = STALLED) -> list[str]:
+        """Give this lane's jobs back and start fresh device threads (the watchdog's cure for a stall).
+
+        Every job the lane holds is taken from it at once: prepared jobs waiting for a device thread go
+        back to the queue unrun (as at stop); jobs a thread is working on (preparing, on the device) go
+        back with their attempt counted, so the store refuses whatever that thread writes later, or are
+        failed if it was their retry (JobStore.requeue_stalled). The old threads are abandoned (Python
+        cannot stop a thread): their tickets are marked so that nothing they do afterwards touches the
+        lane's counters or futures; the device schedule is replaced, since a stuck thread may hold it; the
+        sandboxes the old threads hold are killed (EngineCalls.reset), so one blocked on a reply wakes up
+        with an error; a prepare pool that may have a stuck thread is replaced. Returns the ids of the jobs
+        taken back (none when the lane's own lock stays held: the lane then stays stalled, not ready).
+        """
+        self._stalled = True
+        if not self._cond.acquire(timeout=RESTART_LOCK_S):
+            log.error("%s cannot restart: a thread holds its lock (see the stacks logged)", self.identity.name)
+            return []
+        try:
+            tickets = list(self._tickets.values())
+            # No thread has these, nor will: prepared and waiting for a device thread, or not yet taken up
+            # by a prepare thread (which sees `abandoned` first). They go back to the queue uncounted.
+            unrun = {entry[2].claimed for entry in self._ready} | {t.claimed for t in tickets if t.thread is None}
+            old_threads = {ticket.thread for ticket in tickets if ticket.thread is not None} | set(self._threads)
+            preparing = self._preparing > 0
+            for ticket in tickets:
+                ticket.abandoned = True
+            self._tickets.clear()
+            self._ready.clear()
+            self._in_flight.clear()
+            self._on_device.clear()
+            self._admitted -= len(tickets)  # what remains: callers of admit() between room and ticket
+            self._preparing = self._executing = 0
+            self._generation += 1  # the old device threads exit when they come back
+            self.schedule = self._new_schedule()
+            if hasattr(self.settings, "gpu_schedule"):
+                self.settings.gpu_schedule = self.schedule
+            self.schedule.note_lane_jobs(self._admitted)
+            self._cond.notify_all()
+        finally:
+            self._cond.release()
+        for ticket in tickets:
+            self._give_back(ticket, reason, unrun=ticket.claimed in unrun)
+        self._reset_engine(old_threads)
+        if preparing:
+            self.pipeline.renew_prepare_pool()
+        if not self.pipeline.stopping:
+            self.start()
+        with self._cond:
+            self._stalled = False
+            self._restarts += 1
+            self._progress()
+            self._cond.notify_all()
+        return [ticket.job.id for ticket in tickets]
+
+    def _give_back(self, ticket: _Ticket, reason: str, *, unrun: bool) -> None:
+        job = ticket.job
+        if unrun:  # no thread has it: back to the queue uncounted, as at stop
+            self.pipeline.release_unrun(job, ticket.ready, f"returned to the queue: {reason}")
+            ticket.future.set_exception(LaneRestarted(reason))
+            return
+        try:
+            outcome = self.pipeline.store.requeue_stalled(job.id, job.attempts, reason)
+        except Exception:  # the store is down: the next start's recovery (or the reaper) settles the job
+            log.exception("%s could not give job %s back", self.identity.name, job.id)
+            outcome = "gone"
+        log.warning("%s restarted: job %s (attempt %d) %s", self.identity.name, job.id, job.attempts, outcome)
+        if outcome == "requeued":
+            ticket.future.set_exception(LaneRestarted(reason))
+        elif outcome == "failed":
+            final = self.pipeline.store.get(job.id)
+            ticket.future.set_result(final)
+            if final is not None:
+                self.pipeline.finished(final)
+        else:  # its thread finished it meanwhile and reports it (see _complete)
+            ticket.future.set_result(None)
+
+    def _reset_engine(self, threads: set[threading.Thread]) -> None:
+        reset = self.pipeline.engine.reset
+        if reset is None:
+            return
+        try:
+            killed = reset(self.settings, threads)
+            log.warning("%s restarted: killed %s sandboxes its old threads held", self.identity.name, killed)
+        except Exception:  # noqa: BLE001 - the restart goes on: fresh threads start their own sandboxes
+            log.exception("%s could not kill its old threads' sandboxes", self.identity.name)
 
     def wake(self) -> None:
         with self._cond:
@@ -324,7 +513,7 @@ class DeviceLane:
             self._complete(ticket, None)
 
     def join(self, timeout_s: float) -> None:
-        for thread in self._threads:
+        for thread in list(self._threads):
             thread.join(timeout_s)  # a thread mid-job is abandoned; its job is requeued next start
 
 
@@ -352,28 +541,59 @@ class JobPipeline:
         self.settings_factory = settings_factory
         self.stopping = False
         self.prepare_pool = ThreadPoolExecutor(self.config.prepare_threads, thread_name_prefix="kj-prepare")
+        self._pool_lock = threading.Lock()
         self.baselines = StoreBaselineBook(store)
         self.lanes = [DeviceLane(self, identity, index, len(identities)) for index, identity in enumerate(identities)]
+        self.watchdog: LaneWatchdog | None = None
 
     def start(self) -> None:
         for lane in self.lanes:
             lane.start()
+        if self.config.stall_s > 0:
+            self.watchdog = LaneWatchdog(self.lanes, self.config.stall_s)
+            self.watchdog.start()
+
+    def health(self) -> list[LaneHealth]:
+        return [lane.health() for lane in self.lanes]
+
+    def submit_prepare(self, fn: Callable, *args) -> Future:
+        """Submit to the prepare pool, the current one if a restart replaced it meanwhile."""
+        while True:
+            pool = self.prepare_pool
+            try:
+                return pool.submit(fn, *args)
+            except RuntimeError:
+                if self.stopping or pool is self.prepare_pool:
+                    raise
+
+    def renew_prepare_pool(self) -> None:
+        """A fresh prepare pool (a lane restarted with jobs being prepared: one of its threads may be stuck
+        for good). The old pool runs what was submitted to it, and its threads exit when done."""
+        with self._pool_lock:
+            if self.stopping:
+                return
+            old = self.prepare_pool
+            self.prepare_pool = ThreadPoolExecutor(self.config.prepare_threads, thread_name_prefix="kj-prepare")
+        old.shutdown(wait=False, cancel_futures=False)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop taking jobs; prepared jobs not yet on a device go back to the queue, unrun."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self.stopping = True
         for lane in self.lanes:
             lane.wake()
             lane.return_ready_jobs()
-        self.prepare_pool.shutdown(wait=False, cancel_futures=False)
+        with self._pool_lock:
+            self.prepare_pool.shutdown(wait=False, cancel_futures=False)
         for lane in self.lanes:
             lane.join(timeout_s)
 
-    def release_unrun(self, job: Job, ready: ReadyJob | None = None) -> None:
+    def release_unrun(self, job: Job, ready: ReadyJob | None = None, reason: str = RELEASED_ON_STOP) -> None:
         if ready is not None:
             ready.discard()
         try:
-            self.store.release(job.id, job.attempts, RELEASED_ON_STOP)
+            self.store.release(job.id, job.attempts, reason)
         except Exception:  # the next start's recovery requeues it instead
             log.exception("could not return job %s to the queue", job.id)
 

@@ -15,6 +15,15 @@ more, a root-run service has no cap on a candidate's processes or threads. So:
 - **Root, `cgroup`.** The sandbox runs as mapped root inside a pids cgroup of its own (pids.max).
 - **Root, `auto`** (default): `uid` when everything the sandbox mounts is reachable by an
   unprivileged uid, else `cgroup` (logging which path kept it from `uid`), else an error naming both.
+
+Memory: RLIMIT_AS caps one process's address space, and not memory that outlives a mapping (a memfd,
+tmpfs or shm pages written by a child that lowered its own limit). So, for a root-run service with a
+memory controller (cgroup v1 `memory` hierarchy, or v2 with `memory` in cgroup.controllers), every
+sandbox of either root mode also gets a memory cgroup of its own with a hard cap on everything it and
+its descendants are charged for (v1: memory.limit_in_bytes and memory.memsw.limit_in_bytes, swappiness
+0; v2: memory.max, memory.swap.max 0, memory.oom.group 1). Over the cap the kernel OOM-kills inside that
+cgroup only. On cgroup v2 (one hierarchy) a `cgroup` sandbox's pids and memory caps are one folder; on
+v1 they are a folder in each hierarchy. Not root, or no memory controller: logged once, not capped.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from .spec import IsolationConfig
 log = logging.getLogger(__name__)
 
 CGROUP_PARENT = "kerneljudge-sandboxes"
+MEMORY_WARNING = "memory-not-capped"  # the _warn_once key of every reason a sandbox's memory is not capped
 _cgroup_names = itertools.count()
 _warned: set[str] = set()
 _warn_lock = threading.Lock()
@@ -51,54 +61,64 @@ class SandboxIdentity:
     kind: str  # self | uid | cgroup
     nproc: int  # RLIMIT_NPROC for the sandbox's processes
     uid: int | None = None  # host uid (and gid) the sandbox runs as; None: the supervisor's own
-    cgroup: Path | None = None
+    cgroup: Path | None = None  # its pids cgroup (kind `cgroup`)
     lock_fd: int | None = None
+    # Its memory cgroup (root with a memory controller, kinds `uid` and `cgroup`); on cgroup v2 a
+    # `cgroup` sandbox's memory cgroup is its pids cgroup.
+    memory_cgroup: Path | None = None
 
-    def popen_arguments(self) -> dict:
-        """subprocess.Popen arguments that start bwrap as the sandbox's uid (none: as the supervisor)."""
-        if self.uid is None:
-            return {}
-        return {"user": self.uid, "group": self.uid, "extra_groups": []}
+    def cgroups(self) -> list[Path]:
+        """Every cgroup of the sandbox, each once."""
+        return list(dict.fromkeys(group for group in (self.cgroup, self.memory_cgroup) if group is not None))
 
-    def join_cgroup(self) -> None:
-        """In the child, before exec: it and everything it starts count against the cgroup's pids.max."""
-        if self.cgroup is not None:
-            fd = os.open(self.cgroup / "cgroup.procs", os.O_WRONLY)
-            try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
+    def cgroup_procs_files(self) -> list[Path]:
+        """`cgroup.procs` files the sandbox's first process joins before exec (as root, before it drops to
+        `uid`): it and everything it starts are counted and capped there (one per hierarchy)."""
+        return [group / "cgroup.procs" for group in self.cgroups()]
 
     def release(self) -> None:
-        """After the sandbox's processes are gone: free the uid or remove the cgroup."""
+        """After the sandbox's processes are gone: free the uid and remove the cgroups."""
         if self.lock_fd is not None:
             os.close(self.lock_fd)
             self.lock_fd = None
-        if self.cgroup is not None:
-            _remove_cgroup(self.cgroup)
-            self.cgroup = None
+        for group in self.cgroups():
+            _remove_cgroup(group)
+        self.cgroup = self.memory_cgroup = None
 
 
-def acquire(config: IsolationConfig, host_paths: list[str], allowance: int) -> SandboxIdentity:
-    """The identity one sandbox starts with; `host_paths`: everything bwrap will open for it."""
+def acquire(config: IsolationConfig, host_paths: list[str], allowance: int,
+            memory_bytes: int | None = None) -> SandboxIdentity:
+    """The identity one sandbox starts with; `host_paths`: everything bwrap will open for it;
+    `memory_bytes`: the cap on everything the sandbox's processes are charged for (None: none)."""
     if os.geteuid() != 0:
+        if memory_bytes is not None:
+            _warn_once(MEMORY_WARNING, "sandbox memory is not capped: the service does not run as root (a "
+                                       "memory cgroup per sandbox needs root); only RLIMIT_AS and the tmpfs "
+                                       "sizes hold")
         return SandboxIdentity("self", count_tasks_of(os.getuid()) + allowance)
     blocked = None if config.mode == "cgroup" else first_unreachable(host_paths)
     if config.mode == "uid" or (config.mode == "auto" and blocked is None):
         if blocked is not None:
             raise IsolationError(f"the sandbox cannot run as an unprivileged uid: {blocked}")
-        return _take_uid(config, allowance)
-    try:
-        identity = _make_cgroup(allowance)
-    except (OSError, IsolationError) as exc:
-        reason = f"no pids cgroup could be made ({exc})"
+        identity = _take_uid(config, allowance)
+    else:
+        try:
+            identity = _make_cgroup(allowance)
+        except (OSError, IsolationError) as exc:
+            reason = f"no pids cgroup could be made ({exc})"
+            if blocked is not None:
+                reason = f"it cannot run as an unprivileged uid ({blocked}) and {reason}"
+            raise IsolationError(f"the sandbox's processes and threads cannot be capped for a root-run "
+                                 f"service: {reason}") from None
         if blocked is not None:
-            reason = f"it cannot run as an unprivileged uid ({blocked}) and {reason}"
-        raise IsolationError(f"the sandbox's processes and threads cannot be capped for a root-run service: "
-                             f"{reason}") from None
-    if blocked is not None:
-        _warn_once(blocked, "sandboxes run as mapped root inside a pids cgroup, not as unprivileged uids: "
-                            f"{blocked}")
+            _warn_once(blocked, "sandboxes run as mapped root inside a pids cgroup, not as unprivileged uids: "
+                                f"{blocked}")
+    if memory_bytes is not None:
+        try:
+            _cap_memory(identity, memory_bytes)
+        except BaseException:
+            identity.release()
+            raise
     return identity
 
 
@@ -188,10 +208,10 @@ def _uids_with_tasks() -> set[int]:
     return found
 
 
-# -- pids cgroup --------------------------------------------------------------------------
+# -- cgroups ------------------------------------------------------------------------------
 @functools.cache
-def _pids_hierarchy() -> tuple[Path, bool]:
-    """(mount point, unified) of the cgroup hierarchy with the pids controller."""
+def _hierarchy(controller: str) -> tuple[Path, bool]:
+    """(mount point, unified) of the cgroup hierarchy with `controller` (a v1 one first, else v2)."""
     unified = None
     with open("/proc/self/mounts") as mounts:
         for line in mounts:
@@ -199,26 +219,39 @@ def _pids_hierarchy() -> tuple[Path, bool]:
             if len(fields) < 4:
                 continue
             mount, fstype, options = Path(fields[1]), fields[2], fields[3].split(",")
-            if fstype == "cgroup" and "pids" in options:
+            if fstype == "cgroup" and controller in options:
                 return mount, False
             if fstype == "cgroup2" and unified is None:
                 unified = mount
-    if unified is not None and "pids" in (unified / "cgroup.controllers").read_text().split():
+    if unified is not None and controller in (unified / "cgroup.controllers").read_text().split():
         return unified, True
-    raise IsolationError("no cgroup hierarchy with the pids controller is mounted")
+    raise IsolationError(f"no cgroup hierarchy with the {controller} controller is mounted")
 
 
-def _make_cgroup(allowance: int) -> SandboxIdentity:
-    root, unified = _pids_hierarchy()
+def _sandbox_parent(controller: str) -> tuple[Path, bool]:
+    """`<hierarchy>/kerneljudge-sandboxes`, where sandbox cgroups with `controller` are made, and whether
+    the hierarchy is cgroup v2; stale groups of dead supervisors in it are removed (once per process)."""
+    root, unified = _hierarchy(controller)
     parent = root / CGROUP_PARENT
     parent.mkdir(exist_ok=True)
-    if unified:
-        for group in (root, parent):  # cgroup v2: children get pids.max only where the parent delegates it
+    if unified:  # cgroup v2: children get a controller's files only where their parent delegates it
+        for group in (root, parent):
             control = group / "cgroup.subtree_control"
-            if "pids" not in control.read_text().split():
-                control.write_text("+pids")
+            if controller not in control.read_text().split():
+                control.write_text(f"+{controller}")
     _remove_stale(parent)
-    group = parent / f"{os.getpid()}-{next(_cgroup_names)}"
+    return parent, unified
+
+
+def _group_name() -> str:
+    """`<supervisor pid>-<n>`: unique on the host, and names the supervisor for stale-group cleanup."""
+    return f"{os.getpid()}-{next(_cgroup_names)}"
+
+
+# -- pids cgroup --------------------------------------------------------------------------
+def _make_cgroup(allowance: int) -> SandboxIdentity:
+    parent, _ = _sandbox_parent("pids")
+    group = parent / _group_name()
     group.mkdir()
     try:
         (group / "pids.max").write_text(str(allowance))
@@ -226,6 +259,57 @@ def _make_cgroup(allowance: int) -> SandboxIdentity:
         group.rmdir()
         raise
     return SandboxIdentity("cgroup", count_tasks_of(os.getuid()) + allowance, cgroup=group)
+
+
+# -- memory cgroup ------------------------------------------------------------------------
+def memory_limit_files(unified: bool, memory_bytes: int) -> list[tuple[str, str, bool]]:
+    """(file, value, required) written into a sandbox's memory cgroup, in order. An optional file the
+    kernel does not offer (no swap accounting) is skipped."""
+    if unified:
+        return [("memory.max", str(memory_bytes), True),
+                ("memory.swap.max", "0", False),  # no swap: the cap is the sandbox's memory, all of it
+                ("memory.oom.group", "1", False)]  # over the cap, the whole sandbox is killed together
+    # v1: memsw (memory + swap) must be set after, and be at least, the memory limit; equal, swap
+    # cannot extend the cap; swappiness 0 keeps the group's memory out of swap.
+    return [("memory.limit_in_bytes", str(memory_bytes), True),
+            ("memory.memsw.limit_in_bytes", str(memory_bytes), False),
+            ("memory.swappiness", "0", False)]
+
+
+def _cap_memory(identity: SandboxIdentity, memory_bytes: int) -> None:
+    """Give the sandbox a memory cgroup capped at `memory_bytes`; where none can be made, log once and
+    leave its memory uncapped."""
+    try:
+        parent, unified = _sandbox_parent("memory")
+    except (OSError, IsolationError) as exc:
+        _warn_once(MEMORY_WARNING, f"sandbox memory is not capped: {exc}")
+        return
+    # One hierarchy (cgroup v2, or v1 with pids and memory mounted together): one cgroup for both caps,
+    # since a process is in one cgroup per hierarchy.
+    shared = identity.cgroup is not None and identity.cgroup.parent == parent
+    group = identity.cgroup if shared else parent / _group_name()
+    made = False
+    try:
+        if not shared:
+            group.mkdir()
+            made = True
+        for name, value, required in memory_limit_files(unified, memory_bytes):
+            if not required and not (group / name).exists():
+                continue
+            try:
+                (group / name).write_text(value)
+            except OSError as exc:
+                if required:
+                    raise
+                _warn_once(f"memory-{name}", f"sandbox memory cgroups: {name} could not be set to {value} "
+                                             f"({exc}); the cap holds without it")
+    except OSError as exc:
+        if made:
+            _remove_cgroup(group)
+        _warn_once(MEMORY_WARNING, f"sandbox memory is not capped: no memory cgroup could be made in {parent} "
+                                   f"({exc})")
+        return
+    identity.memory_cgroup = group
 
 
 @functools.cache

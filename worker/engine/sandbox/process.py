@@ -184,7 +184,7 @@ class SandboxProcess:
                                              "'bubblewrap' or set KERNELJUDGE_BWRAP")
                 try:
                     self.identity = acquire(self.spec.isolation, bwrap.host_paths(path, env_spec),
-                                            limits.extra_processes)
+                                            limits.extra_processes, memory_bytes=limits.memory_bytes)
                 except (IsolationError, OSError) as exc:
                     raise SandboxUnavailable(f"could not start the sandbox for {self.name}: {exc}") from exc
                 # bwrap gets an empty environment: the child's is exactly the spec's (--clearenv, --setenv).

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MIB = 1024**2
+GIB = 1024**3
+# Default cap on each sandbox's memory (KERNELJUDGE_SANDBOX_MEMORY; see ResourceLimits.memory_bytes).
+SANDBOX_MEMORY_BYTES = 16 * GIB
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,11 @@ class ResourceLimits:
     extra_processes: int = 1024
     # Address-space cap; None for CUDA children (the driver reserves huge virtual ranges).
     address_space_bytes: int | None = None
+    # Cap on all the host memory the sandbox's processes are charged for together: anonymous memory,
+    # and the pages they write to tmpfs (/tmp, /dev/shm, /kj/ext), memfds and shm. Enforced by a memory
+    # cgroup of the sandbox's own when the supervisor runs as root and the host has a memory controller
+    # (sandbox/identity.py); over it the kernel OOM-kills inside the sandbox. None: not capped.
+    memory_bytes: int | None = SANDBOX_MEMORY_BYTES
     # Bytes kept of each of stdout and stderr (head and tail halves).
     log_bytes: int = 64 * 1024
 

@@ -4,7 +4,7 @@ A Celery worker process serves one device (CUDA_VISIBLE_DEVICES pinned by `kerne
 and runs the same pipeline as the embedded workers (worker/jobs/pipeline.py): its thread pool has one
 thread per job the device's lane holds, so the broker hands it just enough messages to build
 ahead while the GPU evaluates. A task returns (and its message is acknowledged) only when its job
-finished. The engine (and torch) is imported lazily, only in the process that runs jobs.
+finished; when the lane's watchdog (worker/jobs/watchdog.py) gives the job back, the task claims again. The engine (and torch) is imported lazily, only in the process that runs jobs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from worker.jobs.pipeline import DeviceLane, JobPipeline, PipelineConfig
+from worker.jobs.pipeline import DeviceLane, JobPipeline, LaneRestarted, PipelineConfig
 from worker.jobs.store import JobStore
 from worker.jobs.store.callbacks import CallbackSender
 from worker.jobs.store.jobs import job_time_limit_from_env
@@ -77,7 +77,6 @@ def claim_for_message(lane: DeviceLane, job_id: str):
 @celery_app.task(name=TASK_NAME)
 def evaluate_job(job_id: str) -> str:
     lane = process_lane()
-    store = lane.pipeline.store
     why = "not claimed: the worker is stopping"
     claimed = None
 
@@ -86,10 +85,23 @@ def evaluate_job(job_id: str) -> str:
         claimed, why = claim_for_message(lane, job_id)
         return claimed
 
-    started = lane.admit(claim)
-    if started is None:
-        log.info("job %s not run: %s", job_id, why)
-        return why
+    while True:
+        started = lane.admit(claim)
+        if started is None:
+            log.info("job %s not run: %s", job_id, why)
+            return why
+        try:
+            return _outcome(lane, started, claimed)
+        except LaneRestarted:
+            # The lane's watchdog gave the claimed job back to the queue: this message claims again (by the
+            # lane's policy), so that every queued job still has a message's claim coming for it.
+            log.warning("job %s went back to the queue when its lane restarted; claiming again",
+                        claimed.id if claimed is not None else job_id)
+
+
+def _outcome(lane: DeviceLane, started, claimed) -> str:
+    """Wait for a claimed job's final record; LaneRestarted when its lane gave it back."""
+    store = lane.pipeline.store
     # Celery's time limits need the prefork pool; this thread pool enforces the soft limit here.
     soft_limit, _, _ = time_limits()
     try:

@@ -419,10 +419,18 @@ class JobStore(JobRecovery):
             return outcome.rowcount == 1
 
     def fail(self, job_id: str, reason: str, *, attempt: int | None = None, expected: str | None = None) -> bool:
-        """Job -> failed with a reason (the service could not produce an evaluation)."""
+        """Job -> failed with a reason (the service could not produce an evaluation).
+
+        With `attempt` (and no `expected`), only while that attempt has the job in flight: a queued job
+        belongs to no attempt, so a stale attempt (e.g. a thread the lane watchdog abandoned, whose job it
+        requeued with the same attempt count) cannot fail the job before its next attempt claims it.
+        """
         now = time.time()
         conditions = [JobRow.id == job_id]
-        conditions.append(JobRow.status == expected if expected else JobRow.status.in_(ACTIVE_STATUSES))
+        if expected:
+            conditions.append(JobRow.status == expected)
+        else:
+            conditions.append(JobRow.status.in_(IN_FLIGHT_STATUSES if attempt is not None else ACTIVE_STATUSES))
         if attempt is not None:
             conditions.append(JobRow.attempts == attempt)
         with self._session() as s, s.begin():

@@ -70,6 +70,34 @@ class JobRecovery:
             log.warning("recovered jobs of stopped workers %s: %d requeued, %d failed", who, len(requeued), failed)
         return requeued, failed
 
+    def requeue_stalled(self, job_id: str, attempt: int, reason: str) -> str:
+        """Take a job from an attempt that stalled (worker/jobs/watchdog.py): back to the queue, or failed.
+        `reason` says what happened ("its device lane stalled ..."), for the job's `error`.
+
+        Unlike `release`, the attempt stays counted: the stalled thread may still be running and write
+        later, and the next claim makes `attempts` differ from its, so every late write of the stalled
+        attempt is refused (finish, fail, mark_* and release all match on the attempt; `fail` and
+        `finish` also need the job in flight). A job that already had its retry (MAX_ATTEMPTS) is failed
+        instead, as `recover_orphans` does: a job that stalls its lane every time must not stall them all.
+
+        Returns "requeued", "failed", or "gone" (this attempt no longer holds the job: it finished or was
+        taken meanwhile).
+        """
+        failed = f"{reason} (attempt {attempt}: the job had its retry already, it is not tried again)"
+        with self._session() as s, s.begin():
+            in_flight = (JobRow.id == job_id, JobRow.status.in_(IN_FLIGHT_STATUSES), JobRow.attempts == attempt)
+            if attempt >= MAX_ATTEMPTS:
+                now = time.time()
+                values = dict(status=JobStatus.failed.value, finished_at=now, updated_at=now, error=failed)
+            else:
+                values = dict(status=JobStatus.queued.value, worker=None, gpu=None, building_at=None,
+                              built_at=None, running_at=None, updated_at=time.time(),
+                              error=f"returned to the queue: {reason}")
+            changed = s.execute(update(JobRow).where(*in_flight).values(**values)).rowcount
+        if not changed:
+            return "gone"
+        return "failed" if attempt >= MAX_ATTEMPTS else "requeued"
+
     def fail_overdue(self, max_runtime_s: float) -> int:
         """Fail in-flight jobs that started longer ago than any job may run (their worker is gone)."""
         cutoff = time.time() - max_runtime_s

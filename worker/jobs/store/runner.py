@@ -77,6 +77,9 @@ class EngineCalls:
     warm: Callable[..., Any] | None = None
     # (settings) -> set of problem ids (reference sha256) whose judge is warm on that device.
     warm_problems: Callable[..., Any] | None = None
+    # (settings, threads) -> int: kill the sandboxes (judges, candidate runners) these threads hold, so
+    # that a thread blocked on one's reply wakes with an error: a stalled lane's restart (watchdog).
+    reset: Callable[..., Any] | None = None
 
 
 def real_engine() -> EngineCalls:
@@ -86,7 +89,15 @@ def real_engine() -> EngineCalls:
     from worker.engine.reference_cache import cache_for
 
     return EngineCalls(prepare=engine.prepare, execute=engine.execute, warm=warm_reference,
-                       warm_problems=lambda settings: cache_for(settings).problems())
+                       warm_problems=lambda settings: cache_for(settings).problems(), reset=kill_sandboxes_held_by)
+
+
+def kill_sandboxes_held_by(settings, threads) -> int:
+    """Kill the judges and candidate runners `threads` hold on this device (the real engine's `reset`)."""
+    from worker.engine.reference_cache import cache_for
+    from worker.engine.sandbox_pool import kill_runners_held_by
+
+    return cache_for(settings).kill_held_by(threads) + kill_runners_held_by(threads)
 
 
 def engine_settings_for(identity: WorkerIdentity, schedule: GpuSchedule | None = None):
@@ -155,15 +166,20 @@ def prepare_claimed(store: JobStore, job: Job, identity: WorkerIdentity, setting
 
 
 def execute_ready(store: JobStore, ready: ReadyJob, settings: Any, engine: EngineCalls,
-                  lease: DeviceLease) -> Job | None:
+                  lease: DeviceLease, progress: Callable[[], None] | None = None) -> Job | None:
     """Run a prepared job's device stages under its device lease and record the outcome.
 
+    `progress` is called at every stage the engine enters (the lane watchdog's sign of life).
     Returns the final record, or None when this attempt no longer owns the job.
     """
     job = ready.job
 
     def on_stage(stage: str) -> None:
+        if progress is not None:
+            progress()
         lease.enter(stage)  # may wait: another job is timing on this device
+        if progress is not None:
+            progress()  # and again once it has the device
         if stage not in BUILD_STAGES:
             store.mark_running(job.id, job.attempts)  # no-op after the first device stage
 
