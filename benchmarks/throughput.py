@@ -97,6 +97,7 @@ class Outcome:
     stages: dict = field(default_factory=dict)
     reference_cache: str | None = None
     compile_baseline: str | None = None
+    error: str | None = None  # the verdict's reason, when it has one
 
 
 @dataclass
@@ -379,7 +380,9 @@ def _outcome(job) -> Outcome:
     latency = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
     extra = result.extra or {}
     compile_info = extra.get("compile_baseline")
+    error = f"{result.error.kind}: {result.error.message[:400]}" if result.error else None
     return Outcome(verdict=result.status.value, speedup=result.speedup, latency_s=latency, stages=dict(result.stages),
+                   error=error,
                    reference_cache=extra.get("reference_cache"),
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None)
 

@@ -109,3 +109,32 @@ def test_size_zero_starts_a_runner_for_each_take():
         assert pool.ready_count == 0
     finally:
         pool.close()
+
+
+def test_runners_start_in_parallel_up_to_the_pool_size():
+    """A runner's start takes seconds: one at a time, a GPU lane used them up faster than they came."""
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+    concurrent = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def slow_start() -> FakeRunner:
+        with lock:
+            concurrent["now"] += 1
+            concurrent["most"] = max(concurrent["most"], concurrent["now"])
+        entered.release()
+        release.wait(30)
+        with lock:
+            concurrent["now"] -= 1
+        return FakeRunner(0)
+
+    pool = SandboxPool(slow_start, size=3)
+    try:
+        for _ in range(3):  # all three starts are under way before any one of them has finished
+            assert entered.acquire(timeout=30)
+        assert concurrent["most"] == 3
+        release.set()
+        assert pool.take(timeout_s=30) is not None
+    finally:
+        release.set()
+        pool.close()
