@@ -50,8 +50,8 @@ for step in $steps; do
         pkill -9 -f 'spawn_server.py' 2>/dev/null
         rm -rf "${KJ_TP_DATA:-data/throughput}" ;;
     bundle)
-        (cd "$out" && tar czf logs.tgz --exclude='*.md' --exclude=logs.tgz . && find . -type f ! -name '*.md' \
-            ! -name logs.tgz -delete) ;;
+        (cd "$out" && tar czf logs.tgz --warning=no-file-changed --exclude='*.md' --exclude=logs.tgz . ;
+            find . -type f ! -name '*.md' ! -name logs.tgz -delete) ;;
     eval)
         python3 -m benchmarks.gpu_eval --device cuda --repeats ${KJ_REPEATS:-5} --timing-budget ${KJ_TIMING_BUDGET:-1.0} --trials ${KJ_TRIALS:-5} \
             ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} --out "$out/gpu_eval_$stamp.md" --jsonl "$out/gpu_eval.jsonl" 2>&1 | tee "$out/gpu_eval.log" ;;
