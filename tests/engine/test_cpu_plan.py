@@ -45,3 +45,20 @@ def test_a_running_process_tree_moves_to_the_lanes_cores():
     finally:
         child.stdin.close()
         child.wait(30)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to move a process between")
+def test_timed_processes_hold_the_lanes_cores_only_for_the_timing_window():
+    from worker.engine.cpu_plan import CpuPlan, timing_cores
+
+    cores = sorted(os.sched_getaffinity(0))
+    plan = CpuPlan(lane_cpus=(cores[-1],), build_cpus=tuple(cores[:-1]))
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        with timing_cores(plan, [child.pid, None]):
+            assert os.sched_getaffinity(child.pid) == {cores[-1]}
+        # Correctness stages (other jobs' too) run on the shared cores, never crowded onto the lane's.
+        assert os.sched_getaffinity(child.pid) == set(cores[:-1])
+    finally:
+        child.stdin.close()
+        child.wait(30)

@@ -4,6 +4,8 @@ every other job's timing waiting."""
 
 from __future__ import annotations
 
+import uuid
+
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
 from worker.engine import evaluate
 from worker.engine.gpu_schedule import GpuSchedule
@@ -27,7 +29,9 @@ def test_a_judge_starts_without_the_device_and_generates_holding_it_shared(setti
     monkeypatch.setattr(JudgeSession, "launch", observed_launch)
     monkeypatch.setattr(JudgeSession, "generate", observed_generate)
     lease = schedule.lease()
-    request = EvalRequest(reference=SILU_REFERENCE, candidate=HONEST_SILU, options=EvalOptions(timing=False))
+    # A reference of its own: no judge of an earlier test is cached for it (this test needs a miss).
+    reference = f"{SILU_REFERENCE}\n# judge-start-unlocked {uuid.uuid4().hex}\n"
+    request = EvalRequest(reference=reference, candidate=HONEST_SILU, options=EvalOptions(timing=False))
     try:
         result = evaluate(request, settings=settings, on_stage=lease.enter)
     finally:

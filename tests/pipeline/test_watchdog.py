@@ -323,9 +323,6 @@ def test_the_restart_kills_only_the_sandboxes_the_stuck_threads_hold():
         def kill(self) -> None:
             self.killed.set()
 
-        def enter_job(self) -> None:
-            pass
-
         def close(self) -> None:
             pass
 

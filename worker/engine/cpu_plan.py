@@ -1,13 +1,17 @@
 """Which CPU cores each kind of process may use: timing isolation from builds.
 
-A device lane's judges and candidate runners keep a few reserved cores (`lane_cpus`); builds,
-sandbox start-ups and background baselines run on the other cores (`build_cpus`), builds at a
-lower priority (nice). A launch-bound problem then times the same during a batch of builds as on
-a quiet host: nothing else is scheduled on its cores, and whatever shares the rest yields to it.
+A device lane keeps a few reserved cores (`lane_cpus`) for its timing window: the judge and the
+candidate runner being timed move there for that window (`timing_cores`) and back after it. Everything
+else (builds, sandbox start-ups, background baselines, and every job's correctness stages) runs on
+the other cores (`build_cpus`), builds at a lower priority (nice). A launch-bound problem then times
+the same during a batch of builds as on a quiet host: nothing else is scheduled on its cores while it
+is timed (timing is exclusive per lane, so one window at a time uses them). Correctness stages once
+ran on the reserved cores too: on a 16-core H100 host 2 cores carried every job's loads, runs and
+copies, the candidate stage took 8-12 s and the GPU was 4% busy.
 
 Processes start with their affinity and nice value set before exec (sandbox/process.py applies a
-SandboxSpec's `cpus` and `nice`); a runner started warm on the build cores moves to its lane's
-cores when a job takes it (`pin_process_tree`). The reservation is per lane (one per GPU):
+SandboxSpec's `cpus` and `nice`); `pin_process_tree` moves a running one. The reservation is per lane
+(one per GPU):
 `KERNELJUDGE_RESERVED_CPUS` gives it explicitly (`0-1;2-3`: lane 0 gets 0-1, lane 1 gets 2-3),
 `auto` reserves `KERNELJUDGE_LANE_CPUS` (2) cores per lane when the host has at least four times
 as many cores as all lanes reserve together, and `off` reserves nothing (the 2-core dev machine).
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .process_tree import descendants
@@ -107,3 +113,17 @@ def pin_process_tree(root: int | None, cpus: tuple[int, ...]) -> bool:
     if not moved:
         log.warning("could not move process %s to cores %s", root, cpus)
     return moved
+
+
+@contextmanager
+def timing_cores(plan: CpuPlan, pids: list[int | None]) -> Iterator[None]:
+    """The timed processes on the lane's reserved cores for the timing window, then back on the shared ones."""
+    if plan.lane_cpus:
+        for pid in pids:
+            pin_process_tree(pid, plan.lane_cpus)
+    try:
+        yield
+    finally:
+        if plan.lane_cpus and plan.build_cpus:
+            for pid in pids:
+                pin_process_tree(pid, plan.build_cpus)

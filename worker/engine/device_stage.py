@@ -29,6 +29,7 @@ from ..models import (
 from . import baselines, build, clock_check, compile_baseline, judge_start, triton_cache
 from .attribution import Attribution, attribute
 from .baselines import REFERENCE_TIMING, BaselineKey, CompileBaselineRecord, ReferenceTimingRecord
+from .cpu_plan import timing_cores
 from .gpu_schedule import ALONE_STAGE, BASELINE_WAIT_STAGE, REFERENCE_WAIT_STAGE
 from .judge import Comparison
 from .kernel_names import own_kernel_names
@@ -293,7 +294,8 @@ class DeviceStage:
             return self._finish(report, self._observations(report, tampered=tampered))
 
         notify(self.on_stage, "timing")
-        with self.builder.stage("timing"):
+        timed = [entry.judge.pid, runner.session.process.pid]
+        with self.builder.stage("timing"), timing_cores(self.settings.cpu_plan(), timed):
             try:
                 timing, observations = self._timing(entry, runner, report, tampered, compile_missing)
             except _ReferenceTimingFailure as wrapped:

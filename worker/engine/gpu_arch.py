@@ -33,3 +33,29 @@ def detect_cuda_arch(gpu_index: int | None = None) -> str | None:
         log.warning("nvidia-smi gave no compute capability (exit %s): %s", done.returncode, done.stderr.strip())
         return None
     return ";".join(values)
+
+
+@functools.cache
+def gpu_uuid(gpu_index: int) -> str | None:
+    """The GPU's UUID (GPU-...), from nvidia-smi; None when nvidia-smi cannot say."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        done = subprocess.run([smi, f"--id={gpu_index}", "--query-gpu=uuid", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("nvidia-smi failed while reading GPU %d's UUID: %s", gpu_index, exc)
+        return None
+    uuid = done.stdout.strip()
+    return uuid if done.returncode == 0 and uuid.startswith("GPU-") else None
+
+
+def visible_devices_value(gpu_index: int, only_its_node: bool) -> str:
+    """CUDA_VISIBLE_DEVICES that names GPU `gpu_index` for a child process.
+
+    CUDA numbers the GPUs a process can open from 0. A sandbox given only this GPU's device node sees it
+    as device 0, so its host index names a GPU the sandbox cannot open (on the second GPU of a two-GPU
+    host every judge failed with "No CUDA GPUs are available"). The UUID names it in either case."""
+    uuid = gpu_uuid(gpu_index)
+    return uuid or ("0" if only_its_node else str(gpu_index))

@@ -2,8 +2,8 @@
 
 A judge starts in two steps: the sandbox and the reference's import (host work, on the build cores,
 so that it never competes with a job timing on the lane's reserved cores), then `generate`, which
-runs the reference on the device and holds the device shared like any correctness stage. Once
-generated it moves to the lane's reserved cores, where it compares and times. What it cost and
+runs the reference on the device and holds the device shared like any correctness stage. It stays on
+the shared cores; only a timing window moves it to the lane's reserved cores (cpu_plan.timing_cores). What it cost and
 what it holds are measured for the cache (its miss cost and its share of the memory budget).
 
 `JudgeWarmer` starts judges ahead of their jobs: the service's pipeline asks it as soon as it
@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
 from ..models import EvalRequest
-from .cpu_plan import pin_process_tree
 from .judge import JudgeSession
 from .launch import UserFailure
 from .memory_budget import measure_judge
@@ -67,8 +66,6 @@ def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey,
         raise
     entry = CachedReference(key, judge, seeds, miss_cost_s=max(time.monotonic() - started, 0.01))
     entry.held = measure_judge(judge.pid, generated.device_bytes, on_gpu=opts.device.value == "cuda")
-    if plan.lane_cpus:
-        pin_process_tree(judge.pid, plan.lane_cpus)
     return entry
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models import SandboxKind
+from .gpu_arch import visible_devices_value
 from .sandbox import (
     Mount,
     ResourceLimits,
@@ -118,7 +119,8 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
     elif config.mode == "build":
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif settings.gpu_index is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(settings.gpu_index)
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices_value(settings.gpu_index,
+                                                            only_its_node=config.sandbox == SandboxKind.bwrap)
     elif os.environ.get("CUDA_VISIBLE_DEVICES"):
         env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     if config.device == "cuda":

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models import Device, SandboxKind
-from .cpu_plan import pin_process_tree
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from .sandbox import IsolationConfig, ResourceLimits, SandboxUnavailable
 from .settings import EngineSettings
@@ -51,8 +50,6 @@ class WarmRunner:
 
     session: RunnerSession
     slot_dir: Path | None
-    # Cores it runs on once a job takes it (its lane's reserved cores; it starts on the build cores).
-    job_cpus: tuple[int, ...] = ()
 
     @property
     def ext_dir(self) -> Path | None:
@@ -72,12 +69,6 @@ class WarmRunner:
         finally:
             if self.slot_dir is not None:
                 shutil.rmtree(self.slot_dir, ignore_errors=True)
-
-    def enter_job(self) -> None:
-        """Taken for a job: move to the lane's reserved cores (started warm on the build cores)."""
-        if self.job_cpus:
-            pin_process_tree(self.session.process.pid, self.job_cpus)
-
 
 class SandboxPool:
     def __init__(self, start_runner: Callable[[], WarmRunner], size: int, *, name: str = "sandbox-pool") -> None:
@@ -109,7 +100,6 @@ class SandboxPool:
             runner = self._start_runner()
             with self._cond:
                 self._taken[id(runner)] = (runner, threading.current_thread())
-            runner.enter_job()
             return runner
         deadline = time.monotonic() + max(timeout_s, 0.0)
         with self._cond:
@@ -119,7 +109,6 @@ class SandboxPool:
                     self._cond.notify_all()  # the refiller starts the next one
                     if runner.alive:
                         self._taken[id(runner)] = (runner, threading.current_thread())
-                        runner.enter_job()
                         return runner
                     log.warning("%s: a warm runner died while waiting; discarded", self.name)
                     self._teardown.put(runner)
@@ -256,7 +245,7 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
     plan = settings.cpu_plan()
     session = RunnerSession(config, settings, limits)
     session.process.spec.cpus = plan.build_cpus or None
-    runner = WarmRunner(session, slot, job_cpus=plan.lane_cpus)
+    runner = WarmRunner(session, slot)
     try:
         runner.session.process.start()
         runner.session.wait_ready(time.monotonic() + READY_TIMEOUT_S)
