@@ -373,6 +373,20 @@ def server_gpu_busy_s(url: str) -> dict[str, float]:
     return {}
 
 
+def cancel_queued(client, job_ids: list[str]) -> int:
+    """Cancel what is still queued when the budget ends (a running job finishes); how many were cancelled.
+    Left queued, they ran first in the next phase on the same data dir (rl-again counted 0 of 128)."""
+    from kerneljudge.errors import ApiError
+
+    cancelled = 0
+    for job_id in job_ids:
+        try:
+            cancelled += client.cancel(job_id).status.value == "cancelled"
+        except ApiError:
+            pass  # started meanwhile: only queued jobs cancel
+    return cancelled
+
+
 def _outcome(job) -> Outcome:
     if job.result is None:
         return Outcome(verdict=f"job {job.status.value}")
@@ -426,13 +440,16 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
             phase.gpus = busy.gpus if device == "cuda" else 1
             if watch.dumps:
                 phase.note += f" (stalled: {watch.dumps} stack dump(s) in the server log)"
-            record(client.get_many(list(ids)))  # read after the server's count: ours can only be larger
+            left = record(client.get_many(list(ids)))  # read after the server's count: ours can only be larger
+            cancelled = cancel_queued(client, left)
         phase.busy = busy.summary()
         if busy_after and phase.wall_s > 0:  # the server's own measure over the batch
             busy_s = sum(busy_after[g] - busy_before.get(g, 0.0) for g in busy_after)
             phase.busy += f"; server: {100 * busy_s / (phase.wall_s * len(busy_after)):.0f}%"
         phase.note = "" if len(phase.outcomes) == phase.jobs else \
             f"budget spent: {len(phase.outcomes)} of {phase.jobs} finished"
+        if cancelled:
+            phase.note += f" ({cancelled} queued jobs cancelled at the budget, so that a later run starts clean)"
         if len(phase.outcomes) < phase.server_finished:
             phase.count_error = (f"COUNT MISMATCH: the server's store says {phase.server_finished} of these jobs "
                                  f"finished, the benchmark read {len(phase.outcomes)}")
