@@ -31,7 +31,7 @@ from .attribution import Attribution, attribute
 from .baselines import REFERENCE_TIMING, BaselineKey, CompileBaselineRecord, ReferenceTimingRecord
 from .cpu_plan import timing_cores
 from .gpu_schedule import ALONE_STAGE, BASELINE_WAIT_STAGE, REFERENCE_WAIT_STAGE
-from .judge import Comparison
+from .judge import Comparison, JudgeStartFailure
 from .kernel_names import own_kernel_names
 from .launch import UserFailure
 from .policy.registry import is_disabled
@@ -126,6 +126,10 @@ class DeviceStage:
                 except PoolEmpty as exc:
                     return self.builder.fail(EvalStatus.sandbox_error, "no_sandbox",
                                              f"{exc}: the evaluator is overloaded, submit the job again later")
+                except UserFailure as failure:  # a warm runner failed to start: nothing of the candidate ran
+                    return self.builder.fail(EvalStatus.sandbox_error, "no_sandbox",
+                                             f"a candidate sandbox did not start ({failure.kind}: {failure.message}); "
+                                             "this is not a verdict, submit the job again")
             result = self._judged(entry, runner)
         finally:
             self.cache.checkin(entry, healthy=self._judge_healthy)
@@ -198,6 +202,14 @@ class DeviceStage:
             try:
                 entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s,
                                                 on_device=self._reference_on_device)
+            except JudgeStartFailure as failed:
+                # Nothing of the reference ran (on two H100s a lane's judges could not see their GPU, and
+                # every job of that lane was called the reference's fault): the harness's failure.
+                return self.builder.fail(
+                    EvalStatus.sandbox_error, "judge_start_failed",
+                    f"the judge's runtime did not start ({failed.failure.kind}: {failed.failure.message}); nothing "
+                    "of the reference or the candidate ran: this is not a verdict, submit it again",
+                    log_excerpt=failed.failure.detail[-4000:] or None)
             except UserFailure as failure:
                 self._note_memory(failure)
                 return self.builder.reference_failure(failure)

@@ -26,6 +26,14 @@ from .timing_protocol import TimedBlock
 MAX_JUDGE_PAYLOAD_BYTES = 16 * 1024**3
 
 
+class JudgeStartFailure(Exception):
+    """The judge's runtime failed before the reference's code ran: not a verdict on anyone's code."""
+
+    def __init__(self, failure: UserFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
 @dataclass
 class GeneratedReference:
     """What the judge reports after running the reference (no tensors: they stay in the judge)."""
@@ -91,9 +99,15 @@ class JudgeSession:
         return self.generate(seeds, deadline, shape_max_bytes=shape_max_bytes)
 
     def launch(self, deadline: float) -> None:
-        """Start the sandbox and import the reference (host work: nothing runs on the device yet)."""
+        """Start the sandbox and import the reference (host work: nothing runs on the device yet).
+
+        JudgeStartFailure when the judge's runtime did not come up (nothing of the reference had run: the
+        harness's failure, e.g. a GPU the sandbox cannot use); UserFailure when the reference's import fails."""
         self.session.process.start()
-        self.session.wait_ready(deadline)
+        try:
+            self.session.wait_ready(deadline)
+        except UserFailure as failure:
+            raise JudgeStartFailure(failure) from failure
         self.session.load(self.reference, deadline)
 
     def generate(self, seeds: dict, deadline: float, *, shape_max_bytes: int) -> GeneratedReference:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
 from ..models import EvalRequest
-from .judge import JudgeSession
+from .judge import JudgeSession, JudgeStartFailure
 from .launch import UserFailure
 from .memory_budget import measure_judge
 from .policy.registry import is_disabled
@@ -98,6 +98,9 @@ class JudgeWarmer:
         except UserFailure as failure:
             # The job's own reference stage starts it again and reports the failure as its verdict.
             log.info("a judge started ahead failed (%s); its job starts its own", failure.kind)
+        except JudgeStartFailure as failed:
+            log.warning("a judge started ahead did not start (%s: %s); its job tries again", failed.failure.kind,
+                        failed.failure.message[:300])
         except Exception:  # noqa: BLE001 - a warm-up must never take the worker down
             log.exception("starting a judge ahead failed")
         else:
