@@ -97,7 +97,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"kerneljudge serve: the sandbox does not work on this host: {exc}", file=sys.stderr)
             return 2
         logging.getLogger(__name__).info("sandbox self-check passed in %.1fs: %s", check.seconds, check.report)
-        startup_check = StartupCheckRun(engine_settings, Device.cuda if use_gpu else Device.cpu).start()
+        gpus = None
+        if use_gpu:
+            from worker.jobs.distributed.devices import visible_gpus
+
+            gpus = [int(g) for g in visible_gpus() if g.isdigit()]
+        startup_check = StartupCheckRun(engine_settings, Device.cuda if use_gpu else Device.cpu, gpus).start()
     pch_warmup = None
     if not settings.broker_url:  # embedded workers that build CUDA: the precompiled header now, not on a job's path
         from worker.engine.build import start_pch_warmup

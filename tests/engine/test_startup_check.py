@@ -15,6 +15,7 @@ import pytest
 
 from tests.sandbox.venvs import remove, system_venv
 from worker.engine.sandbox.python_roots import describe_unreachable, unreachable_modules
+from worker.engine.settings import EngineSettings
 from worker.engine.startup_check import run_startup_check
 from worker.models import Device
 
@@ -77,3 +78,23 @@ def test_a_module_off_the_isolated_path_is_named_with_its_location(tmp_path, mon
     (found,) = unreachable_modules(("kj_only_on_pythonpath", "json"))
     assert found.name == "kj_only_on_pythonpath" and found.location == str(package)
     assert "--target folder or the user site" in describe_unreachable([found])
+
+
+def test_the_check_runs_once_per_gpu_and_names_the_gpu_that_failed(monkeypatch):
+    from worker.engine import startup_check
+    from worker.engine.startup_check import StartupCheck, StartupCheckRun
+
+    seen: list[int | None] = []
+
+    def check(settings, device):
+        seen.append(settings.gpu_index)
+        if settings.gpu_index == 1:
+            return StartupCheck(False, "a tiny reference and candidate got `sandbox_error` (no CUDA GPU)", 1.0)
+        return StartupCheck(True, "ok", 1.0)
+
+    monkeypatch.setattr(startup_check, "run_startup_check", check)
+    run = StartupCheckRun(EngineSettings(), Device.cuda, gpus=[0, 1]).start()
+    result = run.wait(30)
+    assert seen == [0, 1]
+    assert not run.ok and result.message.startswith("GPU 1: ") and "no CUDA GPU" in result.message
+    assert run.state.startswith("failed: GPU 1")

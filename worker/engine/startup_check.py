@@ -114,10 +114,13 @@ def run_startup_check(settings: EngineSettings, device: Device) -> StartupCheck:
 
 
 class StartupCheckRun:
-    """The check running in a background thread; `state` is what /v1/ready reports."""
+    """The check running in a background thread, once per GPU the service's lanes use (each lane's sandboxes
+    see only its GPU: on two H100s the second lane's judges could not, and a check on every GPU at once
+    passed); `state` is what /v1/ready reports."""
 
-    def __init__(self, settings: EngineSettings, device: Device) -> None:
+    def __init__(self, settings: EngineSettings, device: Device, gpus: list[int] | None = None) -> None:
         self.result: StartupCheck | None = None
+        self.gpus: list[int | None] = list(gpus) if gpus else [None]
         self._thread = threading.Thread(target=self._run, args=(settings, device), name="startup-check",
                                         daemon=True)
 
@@ -126,10 +129,18 @@ class StartupCheckRun:
         return self
 
     def _run(self, settings: EngineSettings, device: Device) -> None:
-        result = run_startup_check(settings, device)
+        checks = []
+        for gpu in self.gpus:
+            lane = dataclasses.replace(settings, gpu_index=gpu) if gpu is not None else settings
+            check = run_startup_check(lane, device)
+            checks.append(check if gpu is None or check.ok else
+                          StartupCheck(False, f"GPU {gpu}: {check.message}", check.seconds))
+        failed = [check.message for check in checks if not check.ok]
+        result = StartupCheck(not failed, "; ".join(failed) or "ok", sum(check.seconds for check in checks))
         if result.ok:
             log.info("start-up check passed in %.1fs: a tiny evaluation went through the judge and a "
-                     "candidate sandbox", result.seconds)
+                     "candidate sandbox%s", result.seconds,
+                     f" on each of GPUs {self.gpus}" if self.gpus != [None] else "")
         else:
             log.error("start-up check FAILED, this server is not ready (/v1/ready is false): %s", result.message)
         self.result = result
