@@ -37,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         if not check.ok:
             raise SandboxUnavailable(f"start-up check failed, this worker does not start: {check.message} "
                                      "(KERNELJUDGE_SKIP_SELFCHECK=1 skips this check)")
+    from worker.engine.build import start_pch_warmup
+    from worker.engine.settings import EngineSettings
+
+    # The precompiled header now, not on the first job's path (this process's builds wait for it).
+    pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    start_pch_warmup(EngineSettings.from_env(), "cuda" if pinned.strip() not in ("", "-1") else "cpu")
     # Imported after parsing so that KERNELJUDGE_BROKER_URL (set by the parent) is in effect.
     from worker.jobs.pipeline import PipelineConfig
 
