@@ -21,6 +21,8 @@ class Principal:
     key_id: str
     admin: bool
     caps: JobCaps = JobCaps()
+    # Rules this key's jobs may not switch off in options.policy.disabled_rules (short ids; app/settings.py).
+    required_rules: frozenset[str] = frozenset()
 
     def can_see(self, owner_key_id: str) -> bool:
         return self.admin or owner_key_id == self.key_id
@@ -33,7 +35,8 @@ def _too_many(message: str, retry_after: float) -> HTTPException:
 def _lookup(request: Request, raw_key: str | None) -> Principal:
     settings = request.app.state.settings
     if settings.open_mode:
-        return Principal(OPEN_KEY_ID, admin=True, caps=settings.admin_job_caps)
+        return Principal(OPEN_KEY_ID, admin=True, caps=settings.admin_job_caps,
+                         required_rules=settings.required_rules_of(None))
     failures = request.app.state.auth_failures
     address = failures.address_key(request.client.host if request.client else None)
     found = settings.api_keys.get(key_hash(raw_key)) if raw_key else None
@@ -51,7 +54,7 @@ def _lookup(request: Request, raw_key: str | None) -> Principal:
                                 headers={"WWW-Authenticate": "Bearer"})
         raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
     failures.succeeded(address, found.key_id)
-    return Principal(found.key_id, found.admin, found.caps)
+    return Principal(found.key_id, found.admin, found.caps, settings.required_rules_of(found))
 
 
 def _rate_limit(request: Request, principal: Principal) -> None:

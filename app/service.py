@@ -107,6 +107,7 @@ class Submitter:
                               "sandbox 'none' is disabled on this server (KERNELJUDGE_ALLOW_UNSANDBOXED)")
         options = body.options.model_dump(mode="json", exclude_unset=False)
         over_cap = principal.caps.violations({"options": options, "priority": body.priority}, loc_prefix)
+        over_cap += _required_rules_switched_off(body.options.policy.disabled_rules, principal, loc_prefix)
         if over_cap:
             raise SubmissionError(422, over_cap)
         callback_url = self._checked_callback(body, loc_prefix)
@@ -154,6 +155,21 @@ class Submitter:
         except CallbackRefused as refused:
             raise field_error(loc, str(refused)) from None
         return url
+
+
+def _required_rules_switched_off(disabled: list[str], principal: Principal, loc_prefix: tuple) -> list[dict]:
+    """422 detail items for every entry of `disabled_rules` that switches off a rule this key must keep."""
+    from worker.engine.policy.registry import short_id
+
+    errors = []
+    for index, entry in enumerate(disabled):
+        rule = short_id(entry)
+        if rule in principal.required_rules:
+            errors.append({"type": "rule_required", "loc": [*loc_prefix, "options", "policy", "disabled_rules", index],
+                           "msg": f"{entry!r} switches off {rule}, which this API key may not disable (the server "
+                                  "requires it: KERNELJUDGE_REQUIRED_RULES or the key's required_rules); without it "
+                                  "the job's timing or verdict would not be guaranteed (docs/api.md#disabled-rules)"})
+    return errors
 
 
 def _extract(completion: str):

@@ -2,7 +2,10 @@
 
 KERNELJUDGE_API_KEYS        comma-separated keys; a key ending in ":admin" may also export and
                             read every client's jobs; `name=value` items after a key, separated by
-                            spaces, are that key's own job caps ("key1 run_s=900 trials=50,key2")
+                            spaces, are that key's own job caps ("key1 run_s=900 trials=50,key2"), and
+                            `required_rules=KJ-R01+KJ-R20` the rules its jobs may not disable (`none`: any)
+KERNELJUDGE_REQUIRED_RULES  rules no job may switch off in `options.policy.disabled_rules` (short or
+                            full ids, separated by commas, spaces or "+"), for every key without its own
 KERNELJUDGE_API_KEYS_FILE   file with one key per line (same syntax, # comments)
 KERNELJUDGE_JOB_CAPS        caps of every key's jobs, `name=value` items (app/caps.py: run_s, timing_s,
                             build_s, timing_budget_s, trials, timing_max_runs, priority)
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,12 +45,31 @@ from worker.jobs.store.jobs import (
 
 from .caps import JobCaps
 
+# A rule's short id: a static rule (KJ308) or a runtime one (KJ-R20), optionally followed by its name.
+_RULE_ID = re.compile(r"^(KJ\d{3}|KJ-R\d{2})(-[a-z0-9-]+)?$")
+REQUIRED_RULES_ITEM = "required_rules"
+
+
+def parse_rules(text: str, where: str) -> frozenset[str]:
+    """Short rule ids out of `KJ-R01+KJ-R20`, `KJ-R01, KJ308` or full ids; `none` (or nothing): none."""
+    found = set()
+    for item in re.split(r"[\s,+]+", text.strip()):
+        if not item or item.lower() == "none":
+            continue
+        match = _RULE_ID.match(item)
+        if match is None:
+            raise ValueError(f"{where}: {item!r} is not a rule id (write KJ308 or KJ-R20, or a full id)")
+        found.add(match.group(1))
+    return frozenset(found)
+
 
 @dataclass(frozen=True)
 class ApiKey:
     key_id: str  # stored with jobs instead of the key itself
     admin: bool
     caps: JobCaps = JobCaps()
+    # Rules this key's jobs may not switch off (short ids); None: the server's KERNELJUDGE_REQUIRED_RULES.
+    required_rules: frozenset[str] | None = None
 
 
 def key_hash(raw_key: str) -> str:
@@ -67,11 +90,14 @@ def parse_keys(text: str, caps: JobCaps = JobCaps(), admin_caps: JobCaps | None 
         tokens = entry.split("#", 1)[0].split()
         if not tokens:
             continue
-        key, cap_items = tokens[0], tokens[1:]
+        key, items = tokens[0], tokens[1:]
         admin = key.endswith(":admin")
         raw = key[: -len(":admin")] if admin else key
+        rules = [item.partition("=")[2] for item in items if item.startswith(f"{REQUIRED_RULES_ITEM}=")]
+        cap_items = [item for item in items if not item.startswith(f"{REQUIRED_RULES_ITEM}=")]
         own_caps = (admin_caps if admin else caps).with_items(" ".join(cap_items), f"caps of key {key_id_for(raw)}")
-        keys[key_hash(raw)] = ApiKey(key_id_for(raw), admin, own_caps)
+        required = parse_rules("+".join(rules), f"required rules of key {key_id_for(raw)}") if rules else None
+        keys[key_hash(raw)] = ApiKey(key_id_for(raw), admin, own_caps, required)
     return keys
 
 
@@ -114,6 +140,8 @@ class Settings:
     auth_fail_rate_per_s: float = 1.0
     auth_fail_burst: int = 30
     auth_fail_global_rate_per_s: float = 100.0
+    # Rules no job may switch off (short ids), for every key without a `required_rules` item of its own.
+    required_rules: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -149,7 +177,13 @@ class Settings:
             auth_fail_burst=_env_int("KERNELJUDGE_AUTH_FAIL_BURST", cls.auth_fail_burst),
             auth_fail_global_rate_per_s=_env_float("KERNELJUDGE_AUTH_FAIL_GLOBAL_RATE",
                                                    cls.auth_fail_global_rate_per_s),
+            required_rules=parse_rules(os.environ.get("KERNELJUDGE_REQUIRED_RULES", ""),
+                                       "KERNELJUDGE_REQUIRED_RULES"),
         )
+
+    def required_rules_of(self, key: ApiKey | None) -> frozenset[str]:
+        """The rules a key's jobs may not switch off: its own list, else the server's."""
+        return key.required_rules if key is not None and key.required_rules is not None else self.required_rules
 
     def resolved_database_url(self) -> str:
         if self.database_url:

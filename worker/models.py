@@ -174,6 +174,11 @@ class ShapeTrialReport(BaseModel):
     shapes: list[list[int] | None] = Field(default_factory=list, description="Input shapes of this trial.")
     result: TrialResult | None = None
     message: str | None = Field(default=None, description="Why it failed, or why it was skipped.")
+    difference: Literal["shape", "precision"] | None = Field(default=None, description=(
+        "When it failed: `shape` (a wrong output shape or dtype, a failure, NaN or Inf where the float64 truth has "
+        "none, or an error at the scale of the output: KJ-R09, shape-specialised) or `precision` (every value within "
+        "1% of the output's scale of the float64 truth, some beyond the tolerance: KJ-R12, a precision loss at "
+        "that shape)."))
 
 
 class DiscriminationReport(BaseModel):
@@ -198,6 +203,11 @@ class PrecisionReport(BaseModel):
     reference_error: float | None = Field(default=None, description="RMS error of the reference vs float64.")
     candidate_error: float | None = Field(default=None, description="RMS error of the candidate vs float64.")
     ratio: float | None = None
+    ulps: float | None = Field(default=None, description="candidate error in ulps of the outputs' RMS.")
+    reduction_length: int | None = Field(default=None, description=(
+        "For a reduced output (a loss, a mean, a norm: at least 64 floating input values per output value), the "
+        "floating input values of one input set: the error is also held to what an honest float32 reduction of "
+        "that length stays within. None: the output is no reduction."))
     passed: bool | None = None
     message: str | None = None
 
@@ -207,11 +217,12 @@ class ProbeTrialReport(BaseModel):
     skipped elements (worker/engine/sandbox_runtime/probe_inputs.py), judged against its float64 truth
     with the reference's own error on the same inputs as the yardstick (worker/engine/probes.py)."""
 
-    kind: Literal["scaled", "rounding", "spikes"]
-    inputs: str = Field(description="What was done to the inputs (never where the spikes are).")
+    kind: Literal["scaled", "rounding", "spikes", "structured"]
+    inputs: str = Field(description="What was done to the inputs (never where the spikes are, nor the phases).")
     ran: bool = Field(description="False: the probe was left out (the message says why).")
     outcome: Literal["ok", "flag", "fail"] | None = Field(default=None, description=(
-        "fail: far beyond the tolerance on the spikes probe (elements skipped), the trial fails correctness; "
+        "fail: far beyond the tolerance on the spikes or structured probe (elements skipped), the trial fails "
+        "correctness; "
         "flag: far beyond the reference's own error (KJ-R12, lower precision); ok: neither."))
     reference_error: float | None = Field(default=None, description="RMS error of the reference vs float64.")
     candidate_error: float | None = Field(default=None, description="RMS error of the candidate vs float64.")
@@ -221,6 +232,9 @@ class ProbeTrialReport(BaseModel):
     non_finite: int = Field(default=0, description=(
         "Candidate values NaN or Inf where the truth is finite: left out of the errors, not held against it."))
     index_mismatches: int = Field(default=0, description="Integer output values that differ (spikes probe).")
+    honest_ulps: float | None = Field(default=None, description=(
+        "For a reduced output: the error, in ulps of the output's RMS, beyond which it is flagged (8 times what "
+        "an honest float32 reduction of that length stays within); None otherwise."))
     message: str | None = None
 
 
@@ -246,7 +260,8 @@ class CorrectnessReport(BaseModel):
     inputs: InputCheckReport | None = None
     shape_trial: ShapeTrialReport | None = None
     probes: list[ProbeTrialReport] = Field(default_factory=list, description=(
-        "Probe trials (scaled, rounding, spikes inputs) judged against float64; empty when switched off (KJ-R15) "
+        "Probe trials (scaled, rounding, spikes, structured inputs) judged against float64; empty when switched off "
+        "(KJ-R15) "
         "or when the problem's own trials failed."))
 
 

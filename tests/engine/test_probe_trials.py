@@ -4,13 +4,23 @@ as the yardstick. Through the engine on CPU (Triton under its interpreter), and 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from benchmarks.redteam.corpus import load_corpus
+from worker.engine import probes
 from worker.engine.correctness import Outputs
-from worker.engine.probes import PROBE_RATIO, judge_probe, reference_unusable, scales_exactly
-from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS, probe_inputs
+from worker.engine.precision import (
+    HONEST_REDUCTION_FACTOR,
+    NOISE_ULPS,
+    honest_reduction_ulps,
+    noise_ulps,
+    precision_check,
+    reduction_length,
+)
+from worker.engine.probes import GROWTH, PROBE_RATIO, judge_probe, reference_unusable, scales_exactly
+from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS, STRUCTURE_AMPLITUDE, probe_inputs
 from worker.models import EvalStatus
 
 CASES = {case.id: case for case in load_corpus()}
@@ -95,9 +105,13 @@ def test_the_rounding_probe_makes_half_and_bfloat16_round_every_value_toward_zer
     x = torch.randn(4096) * 3
     moved = next(p for p in probe_inputs([x], torch.Generator().manual_seed(1)) if p.kind == "rounding").args[0]
     assert bool(((moved - x).abs() <= x.abs() * 2 ** -7).all()), "within one bfloat16 cell of where it was"
-    for dtype, least in ((torch.bfloat16, 2 ** -10), (torch.float16, 2 ** -13)):
+    for dtype, least, smallest_normal in ((torch.bfloat16, 2 ** -10, 0.0), (torch.float16, 2 ** -13, 2 ** -14)):
         rounded = moved.to(dtype).double()
-        assert bool((rounded.abs() < moved.abs()).all()), dtype  # toward zero, every one of them
+        # Toward zero, every one of them in the type's normal range. Below half's smallest normal (6.1e-5) its
+        # grid is absolute (2^-24), no longer a refinement of bfloat16's: a draw of 4096 values from
+        # randn * 3 holds one such value in about 1 of 15 draws, and it may round either way there.
+        normal = moved.abs() >= smallest_normal
+        assert bool((rounded.abs() < moved.abs())[normal].all()), dtype
         # Every error has the value's sign, so a sum of magnitudes (a loss, a norm) keeps all of them.
         assert float(((rounded - moved) * moved.sign()).sum() / moved.abs().sum()) < -least, dtype
 
@@ -156,3 +170,170 @@ def test_a_reference_that_loses_its_precision_on_a_probe_is_no_yardstick():
     indices = _out(torch.tensor([1, 2]))
     assert reference_unusable("spikes", indices, indices, [indices], [indices]) is None
     assert "no floating-point value" in reference_unusable("rounding", indices, indices, [indices], [indices])
+
+
+# -- structured probes: strided sampling ----------------------------------------------------------
+LEVEL_MEAN = CASES["honest_triton_row_tiles_mean"]  # the mean of (4096, 256) values within 2% of a level
+
+
+def test_a_mean_over_every_4th_row_fails_on_the_structured_probe(run_eval):
+    result = run_eval(LEVEL_MEAN.reference_source, CASES["c2_strided_row_mean"].candidate_source)
+    assert result.status == EvalStatus.incorrect and not result.correct
+    assert all(trial.passed for trial in result.correctness.trials), "inside the tolerance on the problem's inputs"
+    assert result.correctness.precision.passed, "and no precision flag there: its error is a subsample's"
+    # Spikes are subsampled as uniformly as the rest: they do not move it beyond its rounding.
+    assert _probe(result, "spikes").outcome == "ok"
+    structured = _probe(result, "structured")
+    # Beyond the failure threshold (FAIL_RTOLS tolerances) with room: a stride of 4 moves the weighted mean by
+    # at least 0.3% whatever the secret phases (0.95% in one draw of the full suite, over 2.5% in others).
+    assert structured.outcome == "fail" and structured.relative_error > 1.5 * probes.FAIL_RTOLS * 1e-4, structured
+    assert "with a stride" in structured.message and "secret phases" in structured.inputs
+
+
+def test_the_same_tiles_reading_every_row_pass_the_structured_probe(run_eval):
+    result = run_eval(LEVEL_MEAN.reference_source, LEVEL_MEAN.candidate_source)
+    assert result.status == EvalStatus.ok and not result.rules, result.rules
+    structured = _probe(result, "structured")
+    assert structured.ran and structured.outcome == "ok" and structured.ratio < 16, structured
+
+
+@pytest.mark.parametrize("shape", [(4096,), (96, 256), (97, 1000), (6, 48, 24)])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_strided_read_of_any_period_sees_other_weights_than_the_whole_structured_probe(shape, sign):
+    """Whatever the secret phases and wherever a stride of 2, 3, 4 or 8 starts, along the rows, the columns
+    or the flat index, the mean weight of what it reads differs from the whole tensor's by more than 16
+    tolerances (constant inputs: the probe's values are its weights, or their complement where negative)."""
+    for seed in range(8):
+        values = next(p for p in probe_inputs([torch.full(shape, sign)], torch.Generator().manual_seed(seed))
+                      if p.kind == "structured").args[0].double()
+        whole = float(values.mean())
+        views = {"flat": values.reshape(-1, 1), "rows": values.reshape(-1, shape[-1]),
+                 "columns": values.reshape(-1, shape[-1]).T}
+        for name, view in views.items():
+            for stride in (2, 3, 4, 8):
+                if view.shape[0] < 8 * stride:
+                    continue
+                for start in range(stride):
+                    part = float(view[start::stride].mean())
+                    assert abs(part / whole - 1) > 16 * 1e-4, (name, stride, start, seed)
+
+
+def test_the_structured_probe_keeps_zeros_signs_and_symmetry_and_stays_within_its_weights():
+    matrix = torch.randn(24, 24)
+    symmetric = matrix + matrix.T
+    lower = torch.tril(torch.randn(16, 16))
+    found = {p.kind: p for p in probe_inputs([symmetric, lower], torch.Generator().manual_seed(3))}
+    changed_symmetric, changed_lower = found["structured"].args
+    assert torch.equal(changed_symmetric, changed_symmetric.T)
+    assert torch.equal(changed_lower == 0, lower == 0) and torch.equal(changed_lower.sign(), lower.sign())
+    weights = (changed_lower[lower != 0] / lower[lower != 0]).double()
+    assert bool((weights >= 1 - 1e-6).all() and (weights <= 1 + STRUCTURE_AMPLITUDE + 1e-6).all())
+
+
+# -- precision on reduced outputs ------------------------------------------------------------------
+def _sequential(values: torch.Tensor) -> float:
+    """A float32 sum with one accumulator, element after element."""
+    return float(np.add.accumulate(values.reshape(-1).numpy().astype(np.float32))[-1])
+
+
+def _kahan(values: torch.Tensor) -> float:
+    total = compensation = np.float32(0.0)
+    for value in values.reshape(-1, 1024).sum(1).numpy().astype(np.float32):  # Kahan over block sums
+        step = np.float32(value - compensation)
+        new = np.float32(total + step)
+        compensation = np.float32(np.float32(new - total) - step)
+        total = new
+    return float(total)
+
+
+def _blocked(values: torch.Tensor) -> float:
+    """Block tree sums added to one float32 total in a shuffled order (atomics)."""
+    parts = values.reshape(-1, 1024).sum(1).numpy().astype(np.float32)
+    np.random.default_rng(0).shuffle(parts)
+    return float(np.add.accumulate(parts)[-1])
+
+
+def _bf16_terms(values: torch.Tensor) -> float:
+    return float(values.to(torch.bfloat16).float().sum())
+
+
+MEANS = {"tree": lambda v: float(v.sum()), "sequential": _sequential, "kahan": _kahan, "blocked": _blocked}
+
+
+def _mean_outputs(values: torch.Tensor, mean_of) -> tuple[Outputs, Outputs, Outputs]:
+    """The reference's (PyTorch's), a candidate's and the float64 truth's mean of `values`."""
+    n = values.numel()
+    return (_out(values.mean().reshape(1)), _out(torch.tensor([mean_of(values) / n], dtype=torch.float32)),
+            _out(values.double().mean().reshape(1)))
+
+
+def _ratio(ref: Outputs, cand: Outputs, truth: Outputs) -> float:
+    return precision_check([ref], [cand], [truth]).ratio
+
+
+@pytest.mark.parametrize("draw", ["rand", "randn"])
+def test_bfloat16_inside_a_mean_is_flagged_on_a_probe_however_high_its_ratio_already_is(draw):
+    """Centred values: bfloat16 terms are ~1e4 times a tree sum's error on the problem's inputs already, so
+    their ratio hardly grows on a probe (the growth rule let them pass); beyond an honest sum's bound of
+    that length they are flagged. On values of one sign the rounding probe alone shows them."""
+    n = 65536
+    generator = torch.Generator().manual_seed(5)
+    base = torch.rand(n, generator=generator) if draw == "rand" else torch.randn(n, generator=generator)
+    usual = _ratio(*_mean_outputs(base, _bf16_terms))
+    rounding = next(p for p in probe_inputs([base], torch.Generator().manual_seed(5)) if p.kind == "rounding")
+    ref, cand, truth = _mean_outputs(rounding.args[0], _bf16_terms)
+    reduced = judge_probe("rounding", rounding.description, ref, cand, truth, None, usual, reduction_length(n, 1))
+    assert reduced.outcome == "flag" and reduced.ulps > reduced.honest_ulps, reduced
+    assert "honest float32 reduction of 65536 values" in reduced.message
+    if draw == "randn":
+        assert usual > 1000 and reduced.ratio < GROWTH * usual, "its ratio does not grow GROWTH times"
+        assert judge_probe("rounding", rounding.description, ref, cand, truth, None, usual).outcome == "ok"
+
+
+@pytest.mark.parametrize("draw", ["rand", "randn", "smooth_l1_terms"])
+def test_tree_kahan_blocked_and_sequential_float32_sums_pass_every_probe(draw):
+    n = 16384
+    generator = torch.Generator().manual_seed(2)
+    if draw == "rand":
+        base = torch.rand(n, generator=generator)
+    elif draw == "randn":
+        base = torch.randn(n, generator=generator)
+    else:
+        d = (torch.randn(n, generator=generator) - torch.randn(n, generator=generator)).abs()
+        base = torch.where(d < 1, 0.5 * d * d, d - 0.5)
+    reduction = reduction_length(n, 1)
+    for seed in range(3):
+        sets = [("problem", base)] + [(p.kind, p.args[0]) for p in probe_inputs([base], torch.Generator()
+                                                                                  .manual_seed(seed))]
+        usual = {name: _ratio(*_mean_outputs(base, mean_of)) for name, mean_of in MEANS.items()}
+        for name, mean_of in MEANS.items():
+            for kind, values in sets:
+                ref, cand, truth = _mean_outputs(values, mean_of)
+                if kind == "problem":
+                    assert precision_check([ref], [cand], [truth], reduction).passed, (name, draw)
+                    continue
+                report = judge_probe(kind, kind, ref, cand, truth, None, usual[name], reduction)
+                assert report.outcome == "ok", (name, draw, seed, report)
+
+
+def test_a_long_sequential_sum_is_no_longer_flagged_for_the_growth_of_its_ratio():
+    """One float32 accumulator over 65536 values of [0, 1): on the rounding probe its total's ulp nears the
+    values' bfloat16 cells and it rounds them alike, hundreds of times a tree sum's error where it was tens
+    on the problem's inputs. Within an honest sequential sum's bound: not a flag (the growth rule flagged)."""
+    n = 65536
+    base = torch.rand(n, generator=torch.Generator().manual_seed(4))
+    usual = _ratio(*_mean_outputs(base, _sequential))
+    rounding = next(p for p in probe_inputs([base], torch.Generator().manual_seed(4)) if p.kind == "rounding")
+    ref, cand, truth = _mean_outputs(rounding.args[0], _sequential)
+    grown = judge_probe("rounding", rounding.description, ref, cand, truth, None, usual)
+    assert grown.outcome == "flag" and grown.ratio > GROWTH * usual, "the growth rule calls it lower precision"
+    reduced = judge_probe("rounding", rounding.description, ref, cand, truth, None, usual, reduction_length(n, 1))
+    assert reduced.outcome == "ok" and reduced.ulps < reduced.honest_ulps / 2, reduced
+
+
+def test_the_reduced_noise_floor_follows_the_reduction_length():
+    assert reduction_length(64 * 100, 100) == 6400 and reduction_length(63 * 100, 100) is None
+    assert reduction_length(10, 0) is None
+    small, large = noise_ulps(reduction_length(4096, 1)), noise_ulps(reduction_length(1 << 24, 1))
+    assert small == HONEST_REDUCTION_FACTOR * honest_reduction_ulps(4096) < NOISE_ULPS
+    assert large == NOISE_ULPS and noise_ulps(None) == NOISE_ULPS

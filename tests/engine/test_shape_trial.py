@@ -6,7 +6,10 @@ from __future__ import annotations
 import re
 import textwrap
 
+import torch
+
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
+from worker.engine.correctness import Outputs, precision_difference
 from worker.engine.verification import SHAPE_RULE
 from worker.models import EvalStatus
 
@@ -174,3 +177,73 @@ def test_the_doubled_batch_is_judged_against_float64_and_the_references_own_erro
     assert hard_coded.flagged and hit is not None, hard_coded.rules
     assert "against float64" in hit.evidence and "the reference's own max abs error" in hit.evidence
     assert "[[1000]] -> [[2000]]" in hit.evidence
+
+
+# Honest arithmetic that is weaker at the doubled batch (a one-pass variance meeting harder groups, here
+# emulated: the output rounded to bfloat16 above the problem's batch): every value within 1% of the output's
+# scale of the float64 truth, some beyond the tolerance. That is a precision loss at another shape, judged as
+# one (KJ-R12, with what was seen), not a shape-specialised kernel.
+WEAKER_AT_SCALE_SILU = triton_candidate('''
+    y = torch.empty_like(x)
+    n = x.numel()
+    silu_kernel[(triton.cdiv(n, 256),)](x, y, n, BLOCK=256)
+    if x.shape[0] > 1000:
+        y = y.to(torch.bfloat16).to(torch.float32)
+    return y
+''')
+
+# Off at the scale of the output at the doubled batch (5% of every value): still shape-specialised.
+SCALED_AT_SCALE_SILU = WEAKER_AT_SCALE_SILU.replace("y = y.to(torch.bfloat16).to(torch.float32)", "y = y * 1.05")
+
+
+def test_a_precision_class_difference_on_the_doubled_batch_is_a_precision_flag_with_evidence(run_eval):
+    result = run_eval(SILU_REFERENCE, WEAKER_AT_SCALE_SILU)
+    assert result.status == EvalStatus.ok and result.flagged and result.reward == 0.0
+    assert result.correctness.passed, "the problem's own shapes are computed correctly"
+    trial = result.correctness.shape_trial
+    assert trial.ran and trial.passed is False and trial.difference == "precision", trial
+    assert _hit(result) is None, "not shape-specialised"
+    hit = next(h for h in result.rules if h.rule == "KJ-R12-precision-loss")
+    assert hit.severity == "flag" and "shape-specialised" not in hit.message
+    # What was seen: the shapes, how many values are beyond the tolerance, their size against the output's
+    # scale and against the reference's own error there.
+    assert "the doubled-batch trial (a precision loss at another shape" in hit.evidence
+    assert "[[1000]] -> [[2000]]" in hit.evidence
+    assert re.search(r"\b\d+ of 2000 values differ beyond tolerance", hit.evidence)
+    assert "every value is within" in hit.evidence and "of the output's scale of the float64 truth" in hit.evidence
+    assert "the reference's own max abs error against float64 at this shape" in hit.evidence
+
+
+def test_an_error_at_the_scale_of_the_output_on_the_doubled_batch_stays_shape_specialised(run_eval):
+    assert SCALED_AT_SCALE_SILU != WEAKER_AT_SCALE_SILU
+    result = run_eval(SILU_REFERENCE, SCALED_AT_SCALE_SILU)
+    assert result.flagged and result.correctness.shape_trial.difference == "shape"
+    hit = _hit(result)
+    assert hit is not None and "shape-specialised" in hit.message and "[[1000]] -> [[2000]]" in hit.evidence
+    assert not any(h.rule == "KJ-R12-precision-loss" for h in result.rules)
+
+
+def test_hard_coded_and_failing_kernels_are_shape_class_differences(run_eval):
+    for candidate in (HARD_CODED_SILU, ASSERTING_SILU):
+        trial = run_eval(SILU_REFERENCE, candidate).correctness.shape_trial
+        assert trial.passed is False and trial.difference == "shape", trial
+
+
+def test_only_finite_values_near_the_truth_make_a_precision_class_difference():
+    truth = torch.linspace(-2, 2, 1000, dtype=torch.float64)
+    ref = Outputs("tensor", [truth.float()])
+
+    def seen(values: torch.Tensor) -> str | None:
+        return precision_difference(ref, Outputs("tensor", [values.float()]), Outputs("tensor", [truth]))
+
+    near = seen(truth * (1 + 2 ** -8))  # about bfloat16's error
+    assert near is not None and "a precision difference" in near
+    assert float(re.search(r"within ([0-9.e-]+) of the output's scale", near).group(1)) <= 2 ** -8
+    assert seen(truth * 1.05) is None  # at the scale of the output
+    unwritten = truth.clone()
+    unwritten[500:] = 0.0  # half the batch never written
+    assert seen(unwritten) is None
+    fragile = truth.clone()
+    fragile[3] = float("nan")
+    assert seen(fragile) is None
+    assert seen(truth[:999]) is None  # another shape

@@ -55,6 +55,10 @@ class Attribution:
     truncated: bool = False
     forward_gpu_ms: float = 0.0  # busy time of the forward's kernels (GPU only)
     library_records: list[KernelSummary] = field(default_factory=list)
+    # CPU: what the Triton interpreter counted in the traced call (sandbox_runtime/kernel_trace.py): the
+    # bytes its loads read and the host time of Triton launches (the physics rule, worker/engine/physics.py).
+    interpreter_loaded_bytes: int | None = None
+    interpreter_launch_ms: float = 0.0
 
 
 def kernel_base_name(name: str) -> str:
@@ -186,8 +190,13 @@ def attribute(raw: dict, own_names: frozenset[str], device: str) -> Attribution 
         current_stream_switched=bool(raw.get("current_stream_switched")), method=method,
     )
     busy_ns = _busy_ns([r.span for r in records if r.span])
+    counted = raw.get("interpreter") if device != "cuda" else None
+    loaded = counted.get("loaded_bytes") if isinstance(counted, dict) else None
+    launch_ns = counted.get("launch_ns") if isinstance(counted, dict) else None
     return Attribution(report=report, truncated=bool(raw.get("truncated")), forward_gpu_ms=busy_ns / 1e6,
-                       library_records=library)
+                       library_records=library,
+                       interpreter_loaded_bytes=loaded if type(loaded) is int and loaded >= 0 else None,
+                       interpreter_launch_ms=launch_ns / 1e6 if type(launch_ns) is int and launch_ns > 0 else 0.0)
 
 
 @dataclass

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import hashlib
+import itertools
 import logging
+import random
 import socket
 import time
 from collections.abc import Iterator
@@ -26,12 +30,12 @@ from ..models import (
     EvalStatus,
     TimingReport,
 )
-from . import baselines, build, clock_check, compile_baseline, judge_start, triton_cache
+from . import baselines, build, clock_check, compile_baseline, judge_start, physics, triton_cache
 from .attribution import Attribution, attribute
 from .baselines import REFERENCE_TIMING, BaselineKey, CompileBaselineRecord, ReferenceTimingRecord
 from .cpu_plan import timing_cores
 from .gpu_schedule import ALONE_STAGE, BASELINE_WAIT_STAGE, REFERENCE_WAIT_STAGE
-from .judge import Comparison, JudgeStartFailure
+from .judge import Comparison, JudgeStartFailure, TimedCheck
 from .kernel_names import own_kernel_names
 from .launch import UserFailure
 from .policy.registry import is_disabled
@@ -40,7 +44,7 @@ from .reference_cache import CachedReference, cache_for
 from .sandbox.process import PAYLOAD_KEY
 from .sandbox_pool import PoolEmpty, WarmRunner, pool_for
 from .settings import EngineSettings
-from .timing_protocol import PairedWindow, TimedBlock, measure_paired
+from .timing_protocol import CallOrder, PairedWindow, TimedBlock, measure_paired
 from .verification import PROBE_RULE, SHAPE_RULE, TAMPER_RULE, Observations, runtime_rules
 
 log = logging.getLogger(__name__)
@@ -84,7 +88,9 @@ class DeviceStage:
     def _begin_pass(self) -> None:
         # Learned along one pass over the device stages, used by the runtime rules.
         self._attribution: Attribution | None = None
+        self._physics_reads: physics.ProblemReads | None = None  # what the judge measured for KJ-R06
         self._shape_failure: str | None = None
+        self._shape_precision: str | None = None  # a precision-class difference on the doubled batch (KJ-R12)
         self._judge_healthy = True
         self._out_of_memory: str | None = None  # the first device-memory failure of this pass
 
@@ -218,6 +224,8 @@ class DeviceStage:
         generated = entry.judge.generated
         assert generated is not None
         self._record_environment(generated.environment)
+        self._physics_reads = physics.problem_reads(generated.physics, opts.device.value,
+                                                    generated.environment.get("gpu_name"), self.settings)
         if generated.truth_skipped:
             self.builder.extra["precision_skipped"] = generated.truth_skipped
         # The problem's persisted baselines: asked for now, measured in the background while this job runs.
@@ -274,7 +282,11 @@ class DeviceStage:
                 self.builder.extra["perturbed_trials"] = comparison.perturbed_trials
             shape = report.shape_trial
             if shape is not None and shape.ran and shape.passed is False:
-                self._shape_failure = f"inputs {shape.problem_shapes} -> {shape.shapes}: {shape.message}"
+                seen = f"inputs {shape.problem_shapes} -> {shape.shapes}: {shape.message}"
+                if shape.difference == "precision":  # finite, near the truth: no broken context, judged as precision
+                    self._shape_precision = seen
+                else:
+                    self._shape_failure = seen
         # Not after a failed doubled-batch trial: that may also have broken the CUDA context.
         if report.passed and not self._shape_failure:
             try:
@@ -325,6 +337,8 @@ class DeviceStage:
     def _finish(self, report: CorrectnessReport, observations: Observations,
                 timing: TimingReport | None = None) -> EvalResult:
         self.builder.add_rules(runtime_rules(observations, self.options.policy))
+        if observations.physics is not None:
+            self.builder.extra["physics"] = observations.physics.report()
         notify(self.on_stage, "reward")
         return self.builder.finish(correctness=report, timing=timing)
 
@@ -334,12 +348,17 @@ class DeviceStage:
         self.builder.environment = current.model_copy(update={name: env.get(name) for name in fields})
 
     def _observations(self, report: CorrectnessReport | None = None, **fields) -> Observations:
+        # The physics rule judges a candidate whose outputs passed (the kernel trace ran); its times: the
+        # trace's and, when timed, its median.
+        assessed = physics.assess(self._physics_reads, self._attribution, fields.get("candidate_device_median_ms"),
+                                  self.options.device.value) if report is not None and report.passed else None
         return Observations(
             device=self.options.device.value, attribution=self._attribution, profile=self.profile,
             own_kernels_required=self.options.backend != Backend.pytorch,
             precision=report.precision if report else None, inputs=report.inputs if report else None,
             probes=report.probes if report else [],
-            shape_trial_failure=self._shape_failure, peak_bandwidth_gbps=self.settings.peak_bandwidth_gbps, **fields,
+            shape_trial_failure=self._shape_failure, shape_trial_precision=self._shape_precision, physics=assessed,
+            **fields,
         )
 
     def _compile_baseline(self, entry: CachedReference) -> str | None:
@@ -366,25 +385,63 @@ class DeviceStage:
         deadline = time.monotonic() + opts.limits.timing_s
         session = runner.session
 
-        def reference_block(runs: int, warmup: int, _snapshot: bool) -> TimedBlock:
+        judge = entry.judge
+        rng = random.SystemRandom()  # the calls' order and which outputs are kept: the supervisor's secret
+        variants = self._judge_call("making the timing variants", lambda: judge.timing_variants(
+            deadline, seed=variant_seed(entry.seeds), count=self.settings.timing_variants,
+            max_bytes=self.settings.timing_variant_max_bytes))
+        if variants.made and variants.device_bytes:
+            held = entry.held
+            entry.held = dataclasses.replace(held, device_bytes=held.device_bytes + variants.device_bytes) \
+                if opts.device == Device.cuda else dataclasses.replace(held, host_bytes=held.host_bytes
+                                                                       + variants.device_bytes)
+        self.builder.extra["timing_variants"] = {"per_input_set": [count - 1 for count in variants.counts],
+                                                 **({"skipped": variants.skipped} if variants.skipped else {})}
+        if PAYLOAD_KEY in variants.reply:
+            session.request("timing_variants", deadline, forward=variants.reply)
+        reference_order, candidate_order = CallOrder(variants.counts, rng), CallOrder(variants.counts, rng)
+        expected: list[tuple[int, int]] = []  # (input set, variant) of each output the candidate keeps
+        labels: list[str] = []
+        blocks = itertools.count(1)
+        pauses: list[str] = []
+
+        def reference_block(runs: int, warmup: int, keep: int) -> TimedBlock:
+            order = reference_order.next(warmup + runs)
+            chosen = sorted(rng.sample(range(runs), min(keep, runs)))
             try:
-                return entry.judge.time(runs, warmup, deadline)
+                # No process of the candidate runs while the reference is timed (one that slowed it would
+                # raise the candidate's speedup): its sandbox is frozen, and thawed before its own block.
+                with session.process.paused() as how:
+                    pauses.append(how)
+                    return judge.time(runs, warmup, deadline, order=order, keep=chosen)
             except UserFailure as failure:
                 failure.message = f"reference timing: {failure.message}"
                 raise _ReferenceTimingFailure(failure) from failure
 
-        def candidate_block(runs: int, warmup: int, snapshot: bool) -> TimedBlock:
+        def candidate_block(runs: int, warmup: int, keep: int) -> TimedBlock:
+            order = candidate_order.next(warmup + runs)
+            chosen = sorted(rng.sample(range(runs), min(keep, runs)))
+            number = next(blocks)
             reply, wall_s = session.timed_request("time", deadline, expect="timing", runs=runs, warmup=warmup,
-                                                  snapshot=snapshot)
+                                                  order=order, keep=chosen)
+            for index in chosen:
+                expected.append(candidate_order.decode(order[warmup + index]))
+                labels.append(f"candidate block {number}, timed call {index + 1} of {runs}")
             return TimedBlock.from_reply(reply, runs=runs, warmup=warmup, wall_s=wall_s)
 
-        window = measure_paired(reference_block, candidate_block, opts)
+        output_bytes = judge.generated.output_bytes if judge.generated else 0
+        checks = min(self.settings.timed_checks, self.settings.timing_variant_max_bytes // output_bytes) \
+            if output_bytes else self.settings.timed_checks
+        window = measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng)
+        self.builder.extra["candidate_paused"] = sorted(set(pauses))
         # Outside the measured window: one call per input set, each output kept for the judge (KJ-R02).
-        kept = candidate_block(self.settings.timing_pool_size, 0, True)
+        pool_size = len(variants.counts)
+        kept = candidate_block(pool_size, 0, pool_size)
         snapshot = session.request("timed_outputs", deadline)
         if PAYLOAD_KEY in snapshot:
-            ok, message = self._judge_call("re-checking timed outputs",
-                                           lambda: entry.judge.check_timed(snapshot, deadline))
+            check = self._judge_call("re-checking timed outputs",
+                                     lambda: judge.check_timed(snapshot, deadline, expected))
+            ok, message = check.ok, check.message or _timed_evidence(check, expected, labels)
         else:
             ok, message = False, "timed run: the candidate sent no outputs"
         tampered = [*tampered, *window.candidate_tampered, *kept.tampered, *(snapshot.get("tampered") or [])]
@@ -402,8 +459,7 @@ class DeviceStage:
         observations = self._observations(
             report, tampered=tampered, timed_outputs_ok=ok, timed_outputs_message=message,
             candidate_device_median_ms=cand_stats.median_ms, candidate_device_std_ms=cand_stats.std_ms,
-            speedup=speedup, min_bytes=entry.judge.generated.output_bytes if entry.judge.generated else 0,
-            clock_check=clock,
+            speedup=speedup, clock_check=clock,
         )
         self.builder.extra["timing_runs"] = {"reference": cand_stats.n, "candidate": cand_stats.n,
                                              "pairs": len(window.pairs), "runs_per_block": window.runs_per_block}
@@ -424,3 +480,26 @@ class DeviceStage:
             compile_baseline.apply(timing, self._compile_record)
         else:
             timing.compile_baseline_missing = missing or "no compile baseline"
+
+
+def variant_seed(seeds: dict) -> int:
+    """The timing variants' seed: derived from the secret trial seeds, so as secret and as fresh as they are."""
+    return int.from_bytes(hashlib.sha256(f"timing-variants:{seeds.get('trial_seeds')}".encode()).digest()[:7], "big")
+
+
+def _timed_evidence(check: TimedCheck, expected: list[tuple[int, int]], labels: list[str]) -> str | None:
+    """KJ-R02's evidence: how many kept outputs were wrong, and where the first one came from."""
+    if not check.wrong:
+        return None
+    index, what = check.wrong[0]
+    slot, variant = expected[index] if index < len(expected) else (-1, -1)
+    label = labels[index] if index < len(labels) else f"kept output {index}"
+    inputs = (f"input set {slot}, variant {variant} (its values changed at secret positions before the call)"
+              if variant else f"input set {slot} as generated")
+    stored = ""
+    if check.replayed is not None:
+        other = "the set as generated" if check.replayed == 0 else f"variant {check.replayed}"
+        stored = (f"; it is the reference's output for {other} of the same set, which an earlier call saw: an "
+                  "output stored and returned again")
+    return (f"{len(check.wrong)} of {len(expected)} outputs kept from timed calls differ from the reference's for "
+            f"the same inputs; first: {label}, {inputs}: {what}{stored}")

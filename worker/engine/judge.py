@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..models import CorrectnessReport, Device, EvalOptions
+from . import physics
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from .sandbox import ResourceLimits
 from .sandbox.process import DEFAULT_MAX_PAYLOAD_BYTES, PAYLOAD_KEY
@@ -47,6 +48,8 @@ class GeneratedReference:
     input_bytes: int
     tampered: list[str] = field(default_factory=list)
     device_bytes: int = 0  # what the judge says it holds on its device (its allocator's reserve)
+    # What it measured for the physics rule (sandbox_runtime/physics.py, worker/engine/physics.py).
+    physics: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -68,6 +71,28 @@ class CompileBaseline:
     compiles: int  # how many times this judge has compiled its reference (0 or 1)
 
 
+@dataclass
+class TimingVariants:
+    """The judge's variants of the timing pool (sandbox_runtime/timing_variants.py): the reply that carries
+    their changes to a candidate's runner, and how many variants each input set has (1: only itself)."""
+
+    reply: dict  # without tensors where no input set has a variant (nothing for the runner)
+    counts: list[int]
+    device_bytes: int  # the reference's outputs for them, held by the judge
+    skipped: str | None  # why there are none, where the judge made none
+    made: bool  # made for this request (the first of this judge's life)
+
+
+@dataclass
+class TimedCheck:
+    """The judge's verdict on the outputs a candidate kept while timed."""
+
+    ok: bool
+    message: str | None  # why they could not be read
+    wrong: list[tuple[int, str]]  # (index among the kept outputs, what differs)
+    replayed: int | None  # the first wrong one is the reference's output for this other variant of its set
+
+
 class JudgeSession:
     """A started judge for one problem (one reference source and its options)."""
 
@@ -83,6 +108,7 @@ class JudgeSession:
         self.session = RunnerSession(config, settings, limits)
         self.session.process.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
         self.probe_max_bytes = settings.probe_trial_max_bytes
+        self.settings = settings
         self.generated: GeneratedReference | None = None
 
     @property
@@ -112,9 +138,11 @@ class JudgeSession:
 
     def generate(self, seeds: dict, deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
         """Run the reference on every input set and keep the outputs (device work)."""
+        measures = physics.measures_wanted(self.options.device.value, self.session.environment.get("gpu_name"),
+                                           self.settings)
         reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes,
                                      probe_max_bytes=self.probe_max_bytes, atol=self.options.atol,
-                                     rtol=self.options.rtol, **seeds)
+                                     rtol=self.options.rtol, physics_measures=measures, **seeds)
         self.generated = GeneratedReference(
             environment=self.session.environment, shape_info=dict(reply.get("shape_trial") or {}),
             perturbed_trials=[int(i) for i in reply.get("perturbed_trials") or []],
@@ -122,6 +150,7 @@ class JudgeSession:
             output_bytes=int(reply.get("output_bytes") or 0), reply_bytes=int(reply.get("reply_bytes") or 0),
             input_bytes=int(reply.get("input_bytes") or 0), tampered=list(reply.get("tampered") or []),
             device_bytes=int(reply.get("device_bytes") or 0),
+            physics=reply["physics"] if isinstance(reply.get("physics"), dict) else {},
         )
         self.session.process.max_payload_bytes = min(MAX_JUDGE_PAYLOAD_BYTES,
                                                      max(DEFAULT_MAX_PAYLOAD_BYTES, 2 * self.generated.input_bytes))
@@ -150,10 +179,27 @@ class JudgeSession:
         return Comparison(CorrectnessReport.model_validate(reply["report"]), None,
                           [int(i) for i in reply.get("perturbed_trials") or []])
 
-    def check_timed(self, snapshot_reply: dict, deadline: float) -> tuple[bool, str | None]:
-        reply = self.session.request("check_timed", deadline, forward=snapshot_reply, atol=self.options.atol,
-                                     rtol=self.options.rtol)
-        return bool(reply.get("ok")), reply.get("message")
+    def timing_variants(self, deadline: float, *, seed: int, count: int, max_bytes: int) -> TimingVariants:
+        """The timing pool's variants (made by the judge on the first request, the same afterwards)."""
+        reply = self.session.request("timing_variants", deadline, seed=seed, count=count, max_bytes=max_bytes,
+                                     atol=self.options.atol, rtol=self.options.rtol)
+        counts = reply.get("counts")
+        if not isinstance(counts, list) or not all(type(c) is int and c >= 1 for c in counts) or (
+                PAYLOAD_KEY not in reply and any(c > 1 for c in counts)):
+            raise UserFailure("protocol", "the judge sent no timing variants")
+        skipped = reply.get("skipped")
+        return TimingVariants(reply, counts, int(reply.get("variant_bytes") or 0),
+                              str(skipped)[:500] if skipped else None, bool(reply.get("made")))
+
+    def check_timed(self, kept_reply: dict, deadline: float, expected: list[tuple[int, int]]) -> TimedCheck:
+        """The outputs a candidate kept while timed, each against the reference's for the input set and
+        variant `expected` says its call had."""
+        reply = self.session.request("check_timed", deadline, forward=kept_reply, atol=self.options.atol,
+                                     rtol=self.options.rtol, expected=[list(pair) for pair in expected])
+        wrong = [(int(index), str(message)[:1000]) for index, message in reply.get("wrong") or []]
+        replayed = reply.get("replayed")
+        return TimedCheck(bool(reply.get("ok")), reply.get("message"), wrong,
+                          int(replayed) if type(replayed) is int else None)
 
     def compile(self, deadline: float) -> CompileBaseline:
         """Compile the reference with torch.compile, once per judge (a later call reports the first)."""
@@ -162,10 +208,13 @@ class JudgeSession:
         return CompileBaseline(available=bool(reply.get("ok")), reason=str(reason)[:1000] if reason else None,
                                compile_s=float(reply.get("compile_s") or 0.0), compiles=int(reply.get("compiles") or 0))
 
-    def time(self, runs: int, warmup: int, deadline: float, *, compiled: bool = False) -> TimedBlock:
-        """One block of timed calls of the reference (or its compiled form), clocked by the supervisor."""
+    def time(self, runs: int, warmup: int, deadline: float, *, compiled: bool = False, order: list[int] | None = None,
+             keep: list[int] | None = None) -> TimedBlock:
+        """One block of timed calls of the reference (or its compiled form), clocked by the supervisor;
+        `order` and `keep` as for a candidate's block (sandbox_runtime/timer.time_model)."""
+        fields: dict = {"order": order, "keep": keep} if order is not None else {}
         reply, wall_s = self.session.timed_request("time", deadline, expect="timing", runs=runs, warmup=warmup,
-                                                   compiled=compiled)
+                                                   compiled=compiled, **fields)
         return TimedBlock.from_reply(reply, runs=runs, warmup=warmup, wall_s=wall_s)
 
     def close(self) -> None:

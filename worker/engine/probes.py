@@ -1,7 +1,7 @@
 """Probe trials, judged inside the problem's judge: is the candidate's error on inputs that expose
 reduced precision or skipped elements far beyond the reference's own error on the same inputs?
 
-The inputs come from sandbox_runtime/probe_inputs.py (scaled, rounding, spikes). Each probe is judged
+The inputs come from sandbox_runtime/probe_inputs.py (scaled, rounding, spikes, structured). Each probe is judged
 against its float64 truth, with the reference's RMS error there as the yardstick: an honest kernel
 (tiling, tree, Kahan or sequential sums, one-pass variances, fused epilogues, fast math at the
 problem's dtype) stays within a small factor of it (measured on CPU: at most ~30x, PyTorch's own
@@ -14,8 +14,14 @@ Outcomes, from the evidence:
   the reference's there): it computes in lower precision than the problem's dtype. An honest kernel whose
   ratio is high on the problem's inputs already (a long sequential sum against a tree-summing reference) is
   judged there, by KJ-R12 on the problem's trials; the scaled probe reproduces that ratio exactly.
-- fail (correctness): on the spikes probe, the same and beyond FAIL_RTOLS relative tolerances, or an
-  integer output that differs: elements that carry the output were skipped (or rounded away).
+  A reduced output (a loss, a mean, a norm; see precision.reduction_length) is judged instead against
+  what an honest float32 reduction of its length stays within (HONEST_REDUCTION_FACTOR times
+  precision.honest_reduction_ulps): a sequential sum's error is already hundreds of times a tree-summing
+  reference's on the problem's inputs, so its growth says nothing, and bfloat16 internals whose ratio is
+  as high there went unflagged when their ratio grew less than GROWTH times on a probe.
+- fail (correctness): on the spikes or structured probe, the same and beyond FAIL_RTOLS relative
+  tolerances, or an integer output that differs (spikes): elements that carry the output were skipped
+  (or rounded away), or read with a stride.
 - ok otherwise. Candidate values that are NaN or Inf where the truth is finite (a hand-written tanh
   overflowing on large inputs) are counted and left out: they are not evidence of either.
 """
@@ -28,7 +34,7 @@ import torch
 
 from ..models import ProbeTrialReport
 from .correctness import Outputs, chunks, tolerance_for
-from .precision import ErrorSums, error_sums
+from .precision import HONEST_REDUCTION_FACTOR, ErrorSums, error_sums, honest_reduction_ulps
 
 PROBE_RATIO = 256.0
 PROBE_ULPS = 256.0
@@ -43,7 +49,10 @@ DESCRIPTIONS = {
     "scaled": "inputs scaled into half precision's subnormal range",
     "rounding": "inputs that half precision and bfloat16 all round toward zero",
     "spikes": "inputs with spikes at secret positions",
+    "structured": "inputs whose values follow their rows, columns and flat index with periods 2, 3, 4 and 8",
 }
+# The probes whose far errors fail correctness: what they expose is elements left out, not precision.
+SKIP_PROBES = ("spikes", "structured")
 
 
 def reference_unusable(kind: str, ref: Outputs, truth: Outputs, trial_refs: list[Outputs],
@@ -91,8 +100,9 @@ def scales_exactly(scaled: Outputs, unscaled: Outputs) -> bool:
 
 
 def judge_probe(kind: str, inputs: str, ref: Outputs, cand: Outputs, truth: Outputs, rtol: float | None,
-                usual_ratio: float | None = None) -> ProbeTrialReport:
-    """`usual_ratio`: the candidate's error ratio to the reference's on the problem's own trials."""
+                usual_ratio: float | None = None, reduction: int | None = None) -> ProbeTrialReport:
+    """`usual_ratio`: the candidate's error ratio to the reference's on the problem's own trials;
+    `reduction`: the output's reduction length (precision.reduction_length), None when it is no reduction."""
     report = ProbeTrialReport(kind=kind, inputs=inputs, ran=True, outcome="ok")
     shapes = _structure_difference(ref, cand)
     if shapes:
@@ -105,20 +115,29 @@ def judge_probe(kind: str, inputs: str, ref: Outputs, cand: Outputs, truth: Outp
         _fill_errors(report, ref_sums, cand_sums)
     ratio = report.ratio or 0.0
     far = ratio > PROBE_RATIO and (report.ulps or 0.0) > PROBE_ULPS
-    grown = ratio > GROWTH * (usual_ratio or 0.0)
+    if reduction is None:
+        grown = ratio > GROWTH * (usual_ratio or 0.0)
+        beyond_honest = ""
+    else:
+        report.honest_ulps = round(HONEST_REDUCTION_FACTOR * honest_reduction_ulps(reduction), 1)
+        grown = (report.ulps or 0.0) > report.honest_ulps
+        beyond_honest = (f", and {report.ulps or 0.0:.0f} ulps of the output where an honest float32 reduction of "
+                         f"{reduction} values stays within {report.honest_ulps / HONEST_REDUCTION_FACTOR:.0f}")
     fail_at = FAIL_RTOLS * _relative_tolerance(ref, rtol)
     usual = f" (on the problem's own inputs {usual_ratio:.3g}x)" if usual_ratio is not None else ""
     errors = (f"the candidate's RMS error against float64 is {report.candidate_error:.3g} "
               f"({report.relative_error:.2g} of the output's scale), {ratio:.0f}x the reference's "
-              f"{report.reference_error:.3g}{usual}" if far else "")
+              f"{report.reference_error:.3g}{usual}{beyond_honest}" if far else "")
     if report.index_mismatches:
         report.outcome = "fail"
         report.message = (f"on {DESCRIPTIONS[kind]}, {report.index_mismatches} integer output values differ from "
                           "the reference: it skips input elements")
-    elif far and kind == "spikes" and (report.relative_error or 0.0) > fail_at:
+    elif far and kind in SKIP_PROBES and (report.relative_error or 0.0) > fail_at:
         report.outcome = "fail"
-        report.message = (f"on {DESCRIPTIONS[kind]}, {errors}: it skips input elements (or rounds the ones "
-                          f"that carry the output far below the problem's precision)")
+        how = ("it skips input elements (or rounds the ones that carry the output far below the problem's "
+               "precision)" if kind == "spikes" else
+               "it reads its inputs with a stride (or otherwise leaves out elements that carry the output)")
+        report.message = f"on {DESCRIPTIONS[kind]}, {errors}: {how}"
     elif far and grown:
         report.outcome = "flag"
         report.message = f"on {DESCRIPTIONS[kind]}, {errors}: it computes in lower precision than the problem's dtype"

@@ -46,10 +46,19 @@ class EngineSettings:
     # per sandbox for a root-run worker, sandbox/identity.py): judges, candidate runners and builds.
     sandbox_memory_bytes: int = SANDBOX_MEMORY_BYTES
     cpu_threads: int = 2
-    # Memory bandwidth (GB/s) used for the roofline plausibility bound; 0 disables it.
+    # The device's copy bandwidth (GB/s, read + written) for the physics rule KJ-R06 (worker/engine/physics.py);
+    # 0: measured on the device by each judge (the fastest measurement per device model counts).
     peak_bandwidth_gbps: float = 0.0
     # Distinct input sets rotated during timing (no pointer or value repeats between calls).
     timing_pool_size: int = 4
+    # Variants of each timing input set (values changed at secret positions before each timed call, the
+    # reference's outputs for each kept by the judge: sandbox_runtime/timing_variants.py); 0: none. The
+    # judge makes fewer when the reference's outputs for them would exceed timing_variant_max_bytes.
+    timing_variants: int = 3
+    timing_variant_max_bytes: int = 512 * MIB
+    # Timed outputs kept for the judge to check, chosen in secret among the measured calls (beyond one
+    # call per input set after the window); fewer where they would take more than timing_variant_max_bytes.
+    timed_checks: int = 8
     # The doubled-batch trial (KJ-R09) is skipped when its inputs would exceed this.
     shape_trial_max_bytes: int = 4 * 1024**3
     # Per-candidate Triton caches (keyed by the candidate source's hash; worker/engine/triton_cache.py).
@@ -124,6 +133,10 @@ class EngineSettings:
             settings.sandbox_memory_bytes = parse_memory_size("KERNELJUDGE_SANDBOX_MEMORY", memory)
         settings.cpu_threads = int(os.environ.get("KERNELJUDGE_CPU_THREADS", str(min(4, os.cpu_count() or 1))))
         settings.timing_pool_size = int(os.environ.get("KERNELJUDGE_TIMING_POOL_SIZE", settings.timing_pool_size))
+        settings.timing_variants = int(os.environ.get("KERNELJUDGE_TIMING_VARIANTS", settings.timing_variants))
+        settings.timing_variant_max_bytes = int(os.environ.get("KERNELJUDGE_TIMING_VARIANT_MAX_BYTES",
+                                                               settings.timing_variant_max_bytes))
+        settings.timed_checks = int(os.environ.get("KERNELJUDGE_TIMED_CHECKS", settings.timed_checks))
         settings.shape_trial_max_bytes = int(os.environ.get("KERNELJUDGE_SHAPE_TRIAL_MAX_BYTES",
                                                             settings.shape_trial_max_bytes))
         settings.probe_trial_max_bytes = int(os.environ.get("KERNELJUDGE_PROBE_TRIAL_MAX_BYTES",

@@ -11,13 +11,16 @@ confidence interval comes from resampling within the pairs (timing_stats.paired_
 
 The supervisor clocks every block itself (request sent to reply read): that evidence, which no code
 in the sandboxes can edit, is what the candidate's reported samples are checked against
-(worker/engine/clock_check.py). A last candidate block, outside the measurement, keeps one output per
-input set for the judge to re-check (KJ-R02).
+(worker/engine/clock_check.py). A secret sample of the measured calls (`checks`, spread at random over the
+pairs, the same number in both blocks of a pair so that both sides' loops do the same copies) keep their
+outputs for the judge to re-check, and so does a last candidate block outside the measurement, one call
+per input set (KJ-R02).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,8 +66,9 @@ class TimedBlock:
         return statistics.median(self.device_ms)
 
 
-# (runs, warmup, snapshot) -> the block; raises UserFailure.
-BlockRun = Callable[[int, int, bool], TimedBlock]
+# (runs, warmup, keep) -> the block, `keep` of its timed calls keeping their outputs for the judge (at
+# positions the block's runner chooses); raises UserFailure.
+BlockRun = Callable[[int, int, int], TimedBlock]
 
 
 @dataclass
@@ -126,19 +130,60 @@ def block_plan(total_runs: int) -> tuple[int, int]:
     return pairs, max(1, math.ceil(total_runs / pairs))
 
 
-def measure_paired(reference: BlockRun, candidate: BlockRun, options: EvalOptions) -> PairedWindow:
-    """Calibrate both sides, fix one count, then time them as neighbours in ABBA order."""
-    calibration = (reference(CALIBRATION_RUNS, CALIBRATION_WARMUP, False),
-                   candidate(CALIBRATION_RUNS, CALIBRATION_WARMUP, False))
+class CallOrder:
+    """One side's calls over the timing pool, drawn by the supervisor: input set after input set in turn,
+    each call on a variant of its set other than the one that set's buffers held last (variant 0 is the
+    set itself); codes as the timer reads them (sandbox_runtime/timer.time_model): set + sets * variant."""
+
+    def __init__(self, counts: list[int], rng: random.Random) -> None:
+        self.counts = counts
+        self.rng = rng
+        self.current = [0] * len(counts)
+        self.position = 0
+
+    def next(self, calls: int) -> list[int]:
+        codes = []
+        sets = len(self.counts)
+        for _ in range(calls):
+            slot = self.position % sets
+            self.position += 1
+            if self.counts[slot] > 1:
+                variant = self.rng.randrange(self.counts[slot] - 1)
+                self.current[slot] = variant + (variant >= self.current[slot])
+            codes.append(slot + sets * self.current[slot])
+        return codes
+
+    def decode(self, code: int) -> tuple[int, int]:
+        """(input set, variant) of a code."""
+        return code % len(self.counts), code // len(self.counts)
+
+
+def spread_checks(checks: int, blocks: int, runs: int, rng: random.Random) -> list[int]:
+    """`checks` kept calls spread at random over `blocks` blocks of `runs` timed calls each."""
+    counts = [0] * blocks
+    for _ in range(min(max(checks, 0), blocks * runs)):
+        counts[rng.choice([i for i in range(blocks) if counts[i] < runs])] += 1
+    return counts
+
+
+def measure_paired(reference: BlockRun, candidate: BlockRun, options: EvalOptions, *, checks: int = 0,
+                   rng: random.Random | None = None) -> PairedWindow:
+    """Calibrate both sides, fix one count, then time them as neighbours in ABBA order; `checks` measured
+    calls (in secret: `rng` is the supervisor's) keep their outputs for the judge."""
+    rng = rng or random.SystemRandom()
+    first = 1 if checks > 0 and rng.random() < 0.5 else 0
+    calibration = (reference(CALIBRATION_RUNS, CALIBRATION_WARMUP, first),
+                   candidate(CALIBRATION_RUNS, CALIBRATION_WARMUP, first))
     total = paired_count([block.device_ms for block in calibration], options)
     pairs, runs = block_plan(total)
+    kept = spread_checks(checks - first, pairs, runs, rng)
     timed: list[tuple[TimedBlock, TimedBlock]] = []
     for index in range(pairs):
         if index % 2 == 0:
-            ref_block = reference(runs, BLOCK_WARMUP, False)
-            cand_block = candidate(runs, BLOCK_WARMUP, False)
+            ref_block = reference(runs, BLOCK_WARMUP, kept[index])
+            cand_block = candidate(runs, BLOCK_WARMUP, kept[index])
         else:
-            cand_block = candidate(runs, BLOCK_WARMUP, False)
-            ref_block = reference(runs, BLOCK_WARMUP, False)
+            cand_block = candidate(runs, BLOCK_WARMUP, kept[index])
+            ref_block = reference(runs, BLOCK_WARMUP, kept[index])
         timed.append((ref_block, cand_block))
     return PairedWindow(calibration, timed, runs)

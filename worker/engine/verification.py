@@ -16,6 +16,7 @@ from ..models import (
 )
 from . import clock_check
 from .attribution import Attribution
+from .physics import Assessment
 from .policy.registry import is_disabled
 
 SHAPE_RULE = "KJ-R09-shape-specialised"
@@ -50,10 +51,14 @@ class Observations:
     precision: PrecisionReport | None = None
     probes: list[ProbeTrialReport] = field(default_factory=list)
     inputs: InputCheckReport | None = None
-    min_bytes: int | None = None
-    peak_bandwidth_gbps: float = 0.0
-    # Why the doubled-batch trial failed (None: passed, skipped or not run).
+    # The physics rule's verdict on the candidate (KJ-R06, worker/engine/physics.py; None: not assessed).
+    physics: Assessment | None = None
+    # Why the doubled-batch trial failed with a shape-class difference (None: passed, skipped, not run, or
+    # a precision-class difference, below).
     shape_trial_failure: str | None = None
+    # What the doubled-batch trial saw when it failed with a precision-class difference: every value near the
+    # float64 truth, some beyond the tolerance (correctness.precision_difference): KJ-R12, not KJ-R09.
+    shape_trial_precision: str | None = None
     device: str = "cpu"
     # The candidate's samples against the supervisor's clock (None: not timed).
     clock_check: ClockCheckReport | None = None
@@ -86,24 +91,17 @@ def runtime_rules(obs: Observations, policy: PolicyConfig) -> list[RuleHit]:
             rule="KJ-R05-implausible-speedup", severity="flag",
             message=f"speedup {obs.speedup:.1f}x is above the configured ceiling {policy.max_speedup:g}x",
         ))
-    dev = obs.candidate_device_median_ms
-    if obs.min_bytes and obs.peak_bandwidth_gbps > 0 and dev is not None and obs.device == "cuda":
-        floor_ms = obs.min_bytes / (obs.peak_bandwidth_gbps * 1e9) * 1e3
-        if dev < 0.8 * floor_ms:
-            hits.append(RuleHit(
-                rule="KJ-R06-beyond-roofline", severity="flag",
-                message="the candidate ran faster than moving its inputs and outputs once allows",
-                evidence=f"{dev:.4f} ms < floor {floor_ms:.4f} ms for {obs.min_bytes} bytes "
-                         f"at {obs.peak_bandwidth_gbps:g} GB/s",
-            ))
+    physics_hit = obs.physics.hit() if obs.physics is not None else None
+    if physics_hit is not None:
+        hits.append(physics_hit)
     hits.extend(_attribution_rules(obs))
     hits.extend(_numeric_rules(obs))
     if obs.shape_trial_failure:
         hits.append(RuleHit(
             rule=SHAPE_RULE, severity="flag",
             message="the candidate is correct on the problem's shapes but not on a doubled batch (a wrong output "
-                    "shape, a failure, or an error against float64 far beyond the reference's own at that shape): "
-                    "it is shape-specialised (disable KJ-R09 to allow shape-specialised kernels)",
+                    "shape or dtype, a failure, NaN or Inf where the float64 truth has none, or an error at the scale "
+                    "of the output): it is shape-specialised (disable KJ-R09 to allow shape-specialised kernels)",
             evidence=obs.shape_trial_failure,
         ))
     return [hit for hit in hits if not is_disabled(hit.rule, policy.disabled_rules)]
@@ -187,6 +185,9 @@ def _numeric_rules(obs: Observations) -> list[RuleHit]:
                         f"reference {obs.precision.reference_error:.3g} ({obs.precision.ratio:g}x)")
     evidence += [f"probe '{p.kind}' ({p.inputs}): RMS error vs float64: candidate {p.candidate_error:.3g}, "
                  f"reference {p.reference_error:.3g} ({p.ratio:g}x)" for p in obs.probes if p.outcome == "flag"]
+    if obs.shape_trial_precision:
+        evidence.append(f"the doubled-batch trial (a precision loss at another shape, not a shape-specialised "
+                        f"kernel), {obs.shape_trial_precision}")
     if evidence:
         hits.append(RuleHit(
             rule="KJ-R12-precision-loss", severity="flag",

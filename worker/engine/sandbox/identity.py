@@ -24,6 +24,11 @@ its descendants are charged for (v1: memory.limit_in_bytes and memory.memsw.limi
 0; v2: memory.max, memory.swap.max 0, memory.oom.group 1). Over the cap the kernel OOM-kills inside that
 cgroup only. On cgroup v2 (one hierarchy) a `cgroup` sandbox's pids and memory caps are one folder; on
 v1 they are a folder in each hierarchy. Not root, or no memory controller: logged once, not capped.
+
+Pausing: a root-run service also gives every sandbox a cgroup it can freeze whole (v1: a folder in the
+`freezer` hierarchy, `freezer.state`; v2: the sandbox's own cgroup, or one made for it, `cgroup.freeze`),
+so that none of a candidate's processes runs while the reference is timed (`freeze`, `thaw`;
+SandboxProcess.paused). Without one (not root, no freezer) the sandbox's processes are stopped by signal.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ log = logging.getLogger(__name__)
 
 CGROUP_PARENT = "kerneljudge-sandboxes"
 MEMORY_WARNING = "memory-not-capped"  # the _warn_once key of every reason a sandbox's memory is not capped
+FREEZER_WARNING = "not-freezable"
 _cgroup_names = itertools.count()
 _warned: set[str] = set()
 _warn_lock = threading.Lock()
@@ -66,10 +72,14 @@ class SandboxIdentity:
     # Its memory cgroup (root with a memory controller, kinds `uid` and `cgroup`); on cgroup v2 a
     # `cgroup` sandbox's memory cgroup is its pids cgroup.
     memory_cgroup: Path | None = None
+    # The cgroup that freezes it whole (root with a freezer; on v2 possibly one of the above) and its kind.
+    freezer_cgroup: Path | None = None
+    freezer_unified: bool = False
 
     def cgroups(self) -> list[Path]:
         """Every cgroup of the sandbox, each once."""
-        return list(dict.fromkeys(group for group in (self.cgroup, self.memory_cgroup) if group is not None))
+        return list(dict.fromkeys(group for group in (self.cgroup, self.memory_cgroup, self.freezer_cgroup)
+                                  if group is not None))
 
     def cgroup_procs_files(self) -> list[Path]:
         """`cgroup.procs` files the sandbox's first process joins before exec (as root, before it drops to
@@ -83,7 +93,7 @@ class SandboxIdentity:
             self.lock_fd = None
         for group in self.cgroups():
             _remove_cgroup(group)
-        self.cgroup = self.memory_cgroup = None
+        self.cgroup = self.memory_cgroup = self.freezer_cgroup = None
 
 
 def acquire(config: IsolationConfig, host_paths: list[str], allowance: int,
@@ -113,12 +123,13 @@ def acquire(config: IsolationConfig, host_paths: list[str], allowance: int,
         if blocked is not None:
             _warn_once(blocked, "sandboxes run as mapped root inside a pids cgroup, not as unprivileged uids: "
                                 f"{blocked}")
-    if memory_bytes is not None:
-        try:
+    try:
+        if memory_bytes is not None:
             _cap_memory(identity, memory_bytes)
-        except BaseException:
-            identity.release()
-            raise
+        _add_freezer(identity)
+    except BaseException:
+        identity.release()
+        raise
     return identity
 
 
@@ -314,14 +325,105 @@ def _cap_memory(identity: SandboxIdentity, memory_bytes: int) -> None:
 
 @functools.cache
 def _remove_stale(parent: Path) -> None:
-    """Once per process: empty cgroups left by supervisors that died (their pid is in the name)."""
+    """Once per process: empty cgroups left by supervisors that died (their pid is in the name); a frozen
+    one is thawed first, so that what is left in it can die."""
     for group in parent.iterdir():
         pid = group.name.split("-")[0]
         if group.is_dir() and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+                try:
+                    (group / name).write_text(value)
+                except OSError:
+                    pass
             try:
                 group.rmdir()
             except OSError:
                 pass
+
+
+# -- freezer --------------------------------------------------------------------------------
+@functools.cache
+def _freezer_hierarchy() -> tuple[Path, bool]:
+    """(mount point, unified): the v1 `freezer` hierarchy, else the v2 one (every non-root v2 cgroup
+    has `cgroup.freeze`)."""
+    unified = None
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            if len(fields) < 4:
+                continue
+            if fields[2] == "cgroup" and "freezer" in fields[3].split(","):
+                return Path(fields[1]), False
+            if fields[2] == "cgroup2" and unified is None:
+                unified = Path(fields[1])
+    if unified is None:
+        raise IsolationError("no cgroup freezer (v1) and no cgroup v2 hierarchy is mounted")
+    return unified, True
+
+
+def _freeze_file(unified: bool) -> str:
+    return "cgroup.freeze" if unified else "freezer.state"
+
+
+def _add_freezer(identity: SandboxIdentity) -> None:
+    """Give the sandbox a cgroup that freezes it whole; where none can be had, log once (its processes
+    are then paused by signal)."""
+    try:
+        root, unified = _freezer_hierarchy()
+    except (OSError, IsolationError) as exc:
+        _warn_once(FREEZER_WARNING, f"sandboxes have no freezer cgroup ({exc}); a candidate's processes are "
+                                    "stopped by signal while the reference is timed")
+        return
+    # On v2 a process is in one cgroup: the sandbox's own, where it has one, is the one to freeze.
+    own = [group for group in identity.cgroups() if unified and group.is_relative_to(root)]
+    if own:
+        if (own[0] / "cgroup.freeze").exists():
+            identity.freezer_cgroup, identity.freezer_unified = own[0], True
+        else:
+            _warn_once(FREEZER_WARNING, f"sandboxes have no freezer cgroup ({own[0]} has no cgroup.freeze: a "
+                                        "kernel before 5.2); a candidate's processes are stopped by signal "
+                                        "while the reference is timed")
+        return
+    group = None
+    try:
+        parent = root / CGROUP_PARENT
+        parent.mkdir(exist_ok=True)
+        _remove_stale(parent)
+        group = parent / _group_name()
+        group.mkdir()
+        if not (group / _freeze_file(unified)).exists():
+            raise OSError(f"{group} has no {_freeze_file(unified)}")
+    except OSError as exc:
+        if group is not None and group.exists():
+            _remove_cgroup(group)
+        _warn_once(FREEZER_WARNING, f"sandboxes have no freezer cgroup ({exc}); a candidate's processes are "
+                                    "stopped by signal while the reference is timed")
+        return
+    identity.freezer_cgroup, identity.freezer_unified = group, unified
+
+
+def freeze(group: Path, unified: bool, wait_s: float) -> bool:
+    """Freeze every process of the cgroup; True once the kernel says all are frozen (within `wait_s`)."""
+    (group / _freeze_file(unified)).write_text("1" if unified else "FROZEN")
+    deadline = time.monotonic() + wait_s
+    while True:
+        if unified:
+            done = "frozen 1" in (group / "cgroup.events").read_text().splitlines()
+        else:
+            done = (group / "freezer.state").read_text().strip() == "FROZEN"
+        if done:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0002)  # the kernel's own transition (v1 FREEZING), not a wait for another thread
+
+
+def thaw(group: Path, unified: bool) -> None:
+    """Let the cgroup's processes run again (a removed cgroup has none left: nothing to do)."""
+    try:
+        (group / _freeze_file(unified)).write_text("0" if unified else "THAWED")
+    except FileNotFoundError:
+        pass
 
 
 def _remove_cgroup(group: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -14,11 +15,13 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from ..process_tree import StoppedTree
 from . import bwrap
-from .identity import IsolationError, SandboxIdentity, acquire, count_tasks_of
+from .identity import IsolationError, SandboxIdentity, acquire, count_tasks_of, freeze, thaw
 from .spawner import SpawnedChild, spawner
 from .spec import ResourceLimits, SandboxSpec
 
@@ -32,6 +35,9 @@ PAYLOAD_KEY = "_payload"
 # The child's fd for its messages to the supervisor (KJ_MSG_FD): the first after stdin, stdout, stderr.
 MESSAGE_FD = 3
 KILL_WAIT_S = 30.0
+# How long a freezer cgroup may take to report every process frozen before the sandbox is stopped by
+# signal instead.
+FREEZE_WAIT_S = 2.0
 
 
 class SandboxUnavailable(RuntimeError):
@@ -165,6 +171,7 @@ class SandboxProcess:
         self.identity: SandboxIdentity | None = None
         self._scratch_dirs: dict[str, str] = {}
         self._release_lock = threading.Lock()
+        self._freezer_failed = False  # its freezer cgroup failed once: pause by signal
 
     # -- start / stop ------------------------------------------------------------------
     def start(self) -> None:
@@ -274,6 +281,45 @@ class SandboxProcess:
                 self.messages.put((message, time.monotonic()))
         self.messages.put(None)
 
+    # -- pausing -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[str]:
+        """No process of the sandbox runs inside this block (while another sandbox is timed): its freezer
+        cgroup is frozen, or, without one, every process of its tree is stopped by signal. Yields how; always
+        resumed when the block ends, by an exception or a timeout too (kill also thaws)."""
+        how, resume = self._pause()
+        try:
+            yield how
+        finally:
+            resume()
+
+    def _pause(self):
+        if self._proc is None or self._proc.poll() is not None:
+            return "not paused: the sandbox is not running", lambda: None
+        identity = self.identity
+        group = identity.freezer_cgroup if identity is not None else None
+        if identity is not None and group is not None and not self._freezer_failed:
+            unified = identity.freezer_unified
+            try:
+                if freeze(group, unified, FREEZE_WAIT_S):
+                    return f"frozen (cgroup {'v2' if unified else 'v1'} freezer)", lambda: self._thaw()
+                why = f"its freezer cgroup did not freeze within {FREEZE_WAIT_S:g} s"
+            except OSError as exc:
+                why = f"its freezer cgroup could not be frozen ({exc})"
+            self._thaw()
+            self._freezer_failed = True  # its later pauses go by signal straight away
+            log.warning("sandbox %s: %s; stopping its processes by signal", self.name, why)
+        stopped = StoppedTree(self._proc.pid)
+        return f"stopped by signal ({stopped.count} processes)", stopped.resume
+
+    def _thaw(self) -> None:
+        identity = self.identity
+        if identity is not None and identity.freezer_cgroup is not None:
+            try:
+                thaw(identity.freezer_cgroup, identity.freezer_unified)
+            except OSError as exc:
+                log.warning("sandbox %s: its freezer cgroup could not be thawed: %s", self.name, exc)
+
     def kill(self) -> None:
         """Kill bubblewrap's whole process group; its PID namespace takes every descendant with it."""
         if self._proc is None:
@@ -283,11 +329,14 @@ class SandboxProcess:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            self._thaw()  # a frozen (v1) process takes its SIGKILL only once thawed
             try:
                 self._proc.wait(KILL_WAIT_S)
             except subprocess.TimeoutExpired:
                 log.warning("sandbox %s (pid %d) was not reported dead %.0fs after SIGKILL", self.name,
                             self._proc.pid, KILL_WAIT_S)
+        else:
+            self._thaw()  # what is left of its namespace dies once thawed
         if self._stdin is not None:
             try:
                 self._stdin.close()

@@ -10,8 +10,9 @@ device with the supervisor's comparison code (worker.engine.correctness and frie
 It replies with the report as plain data; the supervisor validates it.
 
 Commands: load, generate, inputs (the inputs for a candidate), compare (a candidate's run),
-check_timed (a candidate's timed-output snapshot), compile (the torch.compile baseline, see
-compile_baseline), time (the eager reference, or the compiled one with `compiled`).
+timing_variants (the timing pool's variants and the reference's outputs for them, made once, see
+timing_variants), check_timed (the outputs a candidate kept while timed), compile (the torch.compile
+baseline, see compile_baseline), time (the eager reference, or the compiled one with `compiled`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import reference_checks
+from . import physics, reference_checks, timer, timing_variants
 from .compile_baseline import compile_reference
 from .loader import UserCodeError, classify, clone_args, to_device
 from .probe_inputs import PROBE_KINDS, probe_inputs
@@ -38,7 +39,7 @@ from worker.engine import correctness, probes  # noqa: E402
 from worker.engine.correctness import MalformedOutputs, Outputs  # noqa: E402
 from worker.engine.discrimination import discriminate  # noqa: E402
 from worker.engine.input_checks import check_inputs  # noqa: E402
-from worker.engine.precision import precision_check  # noqa: E402
+from worker.engine.precision import floating_values, precision_check, reduction_length  # noqa: E402
 from worker.models import CorrectnessReport, ProbeTrialReport, ShapeTrialReport  # noqa: E402
 
 # Tensors a candidate's reply may hold besides its outputs: the inputs after the first trials.
@@ -88,11 +89,18 @@ class JudgeRunner(Runner):
         self.shape_info: dict = {}
         self.probes: list[ProbeTrial] = []
         self.probes_left_out: list[ProbeTrialReport] = []
+        # The outputs' reduction length (precision.reduction_length): None when they are no reduction.
+        self.reduction: int | None = None
         self.perturbed: list[int] = []
         self.compiled_model = None
         self.compiles = 0  # how many times this judge compiled its reference (once at most)
         self.compile_reason: str | None = None
         self.compile_s = 0.0
+        # The timing pool's variants (op_timing_variants): per input set, the changes (CPU) and the
+        # reference's outputs, variant 0 (the set itself) first; None until asked for.
+        self.variant_changes: list[list] = []
+        self.ref_variants: list[list[Outputs]] | None = None
+        self.variants_skipped: str | None = None
 
     def _kept(self, stored: dict) -> Outputs:
         return Outputs(stored["kind"], [t.to(self.device) for t in stored["tensors"]])
@@ -129,6 +137,7 @@ class JudgeRunner(Runner):
         self.init_inputs, self.trial_inputs, self.pool_inputs, self.shape_inputs = init_inputs, trials, pool, \
             shape_inputs
         self.ref_trials = [self._kept(o) for o in trial_outputs]
+        self.reduction = reduction_length(floating_values(trials[0]), floating_values(self.ref_trials[0].tensors))
         self.truths = [self._kept(o) for o in truths or []]
         self.ref_pool = [self._kept(o) for o in pool_outputs]
         self.ref_shape = [self._kept(o) for o in shape_outputs]
@@ -137,13 +146,30 @@ class JudgeRunner(Runner):
                            double, truth_skipped)
         double.close()
         self.pool = [to_device(a, self.device) for a in pool]
+        measured = self._physics(command.get("physics_measures") or [])
         self.channel.send("done", op="generate", shape_trial=self.shape_info, perturbed_trials=self.perturbed,
+                          physics=measured,
                           truth_skipped=truth_skipped, tampered=self.integrity.changed(),
                           output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
                           input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs,
                                                     [p.args for p in self.probes]]),
                           # What it now holds on its device (sizes the reference cache; memory_budget).
                           device_bytes=torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0)
+
+    def _physics(self, measures: list[str]) -> dict:
+        """The device's copy bandwidth, the input bytes the reference's output depends on and the reference's
+        own time (sandbox_runtime/physics.py), for the physics rule KJ-R06; an extra the judge can do without."""
+        try:
+            # Both input sets on the device once (the timing pool's first set is there already): each
+            # call then copies them on the device, not from the host.
+            args = to_device(clone_args(self.trial_inputs[0]), self.device)
+            other = self.pool[0] if self.pool else None
+            return physics.measure(self.model, clone_args, args, other, self.device, measures)
+        except Exception as exc:  # noqa: BLE001 - out of device memory, or the reference failing on a copy
+            return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # the copies it made go back before device_bytes is read
 
     def _kept_truths(self, double: reference_checks.Float64Reference, arg_sets: list[list]) -> list[Outputs]:
         """The float64 truths of some input sets on the device, or none: an extra the judge can do without
@@ -328,7 +354,7 @@ class JudgeRunner(Runner):
                 reports.append(probes.unreadable(probe.kind, probe.description, str(exc)))
                 continue
             reports.append(probes.judge_probe(probe.kind, probe.description, probe.output, cand, probe.truth, rtol,
-                                              usual_ratio))
+                                              usual_ratio, self.reduction))
         return reports + list(self.probes_left_out)
 
     def _correctness(self, cand_trials: list[Outputs], atol: float | None, rtol: float | None) -> CorrectnessReport:
@@ -345,7 +371,7 @@ class JudgeRunner(Runner):
                                                  self.truths if len(self.truths) == len(ref_trials) else None)
             report.passed = report.discrimination.passed
         if passed and self.truths:
-            report.precision = precision_check(ref_trials, cand_trials, self.truths)
+            report.precision = precision_check(ref_trials, cand_trials, self.truths, self.reduction)
         return report
 
     def _shape_report(self, entries: object, command: dict, atol: float | None, rtol: float | None) -> ShapeTrialReport:
@@ -361,17 +387,24 @@ class JudgeRunner(Runner):
         if isinstance(entry, dict) and entry.get("kind") == "error":
             report.passed = False
             report.message = f"forward failed on the doubled batch: {str(entry.get('message'))[:500]}"
+            report.difference = "shape"
             return report
         try:
             cand = self._on_device(correctness.parse_outputs(entry))
         except MalformedOutputs as exc:
             report.passed = False
             report.message = f"no valid output for the doubled batch: {exc}"
+            report.difference = "shape"
             return report
         truth = self.shape_truths[0] if self.shape_truths else None
         report.result = correctness.compare_at_new_shape(self.ref_shape[0], cand, truth, atol, rtol)
         report.passed = report.result.passed
         report.message = report.result.message
+        if not report.passed:
+            precision = correctness.precision_difference(self.ref_shape[0], cand, truth)
+            report.difference = "precision" if precision else "shape"
+            if precision:
+                report.message = f"{report.message}; {precision}"
         return report
 
     # -- the torch.compile baseline ----------------------------------------------------------
@@ -401,30 +434,103 @@ class JudgeRunner(Runner):
         else:
             self._send_timing(self.model, command)
 
-    # -- timed outputs -----------------------------------------------------------------
-    def op_check_timed(self, command: dict) -> None:
-        def choose(value: object) -> None:
-            pool = value.get("pool") if isinstance(value, dict) else None
-            if isinstance(pool, dict):
-                for slot, expected in enumerate(self.ref_pool):
-                    entry = pool.get(str(slot))
-                    if isinstance(entry, dict):
-                        _want_matching(entry.get("tensors"), expected.tensors)
+    # -- timing variants and timed outputs -----------------------------------------------
+    def op_timing_variants(self, command: dict) -> None:
+        """The timing pool's variants (made on the first request, kept for the judge's life): their changes
+        go to a candidate's runner; the judge writes them into its own pool too (its timed calls follow the
+        supervisor's order like the candidate's)."""
+        made = self.ref_variants is None
+        if made:
+            self._make_timing_variants(int(command["seed"]), int(command.get("count") or 0),
+                                       int(command.get("max_bytes") or 0), command.get("atol"), command.get("rtol"))
+        slots = [[{"arg": arg, "positions": positions, "values": table} for arg, positions, table in changes]
+                 for changes in self.variant_changes]
+        assert self.ref_variants is not None
+        self.channel.send("done", payload={"slots": slots}, op="timing_variants",
+                          counts=[len(outputs) for outputs in self.ref_variants],
+                          variant_bytes=sum(_nbytes(outputs[1:]) for outputs in self.ref_variants),
+                          skipped=self.variants_skipped, made=made)
 
-        message = None
-        try:
-            pool = self.channel.read_payload(command, choose)["pool"]
-            for slot, expected in enumerate(self.ref_pool):
-                if str(slot) not in pool:
+    def _make_timing_variants(self, seed: int, count: int, max_bytes: int, atol: float | None,
+                              rtol: float | None) -> None:
+        pool_bytes = _nbytes(self.ref_pool)
+        fits = max_bytes // pool_bytes if pool_bytes else count
+        self.variants_skipped = None
+        if count > 0 and fits < 1:
+            self.variants_skipped = (f"the reference's outputs for one variant of every timing input set take "
+                                     f"{pool_bytes} bytes, over the {max_bytes}-byte limit")
+        count = max(0, min(count, fits))
+        generator = torch.Generator().manual_seed(seed)
+        self.variant_changes, self.ref_variants = [], []
+        for slot, base in enumerate(self.pool_inputs):
+            own = self.ref_pool[slot]
+            outputs, rows, changes = [own], [0], []
+            if count:
+                fresh = self._inputs((seed + 1 + slot) % 2**63)
+                changes = timing_variants.make_tables(base, fresh, count, generator)
+            for variant in range(1, count + 1 if changes else 1):
+                args = timing_variants.variant_args(base, changes, variant)
+                try:
+                    out = self._kept(self._call(to_device(args, self.device), "in Model.forward (timing variant)"))
+                except (UserCodeError, torch.OutOfMemoryError):
                     continue
-                result = correctness.compare(slot, expected, self._on_device(correctness.parse_outputs(pool[str(slot)])),
-                                             command.get("atol"), command.get("rtol"))
-                if not result.passed:
-                    message = f"timed run, input set {slot}: {result.message}"
-                    break
-        except (MalformedOutputs, WireError, KeyError, TypeError) as exc:
+                if not reference_checks.finite_where({"tensors": own.tensors}, {"tensors": out.tensors}):
+                    continue
+                if correctness.compare(slot, own, out, atol, rtol).passed:
+                    continue  # the output does not see this change: it could not expose a stale one
+                rows.append(variant)
+                outputs.append(out)
+            self.variant_changes.append(timing_variants.select_rows(changes, rows) if len(rows) > 1 else [])
+            self.ref_variants.append(outputs)
+        # Written before each timed call: buffers of the judge's own (the pool may share the generated sets'
+        # memory, which every later candidate is sent).
+        self.pool = [clone_args(args) for args in self.pool]
+        self.variants = timer.InputVariants(self.pool, self.variant_changes)
+
+    def _ref_variant(self, slot: int, variant: int) -> Outputs | None:
+        rows = self.ref_variants[slot] if self.ref_variants and 0 <= slot < len(self.ref_variants) else (
+            [self.ref_pool[slot]] if 0 <= slot < len(self.ref_pool) else [])
+        return rows[variant] if 0 <= variant < len(rows) else None
+
+    def op_check_timed(self, command: dict) -> None:
+        """The outputs a candidate kept while timed, each against the reference's for the input set and
+        variant the supervisor says that call had. Replies with every wrong one (index, message) and, for
+        the first, whether it is the reference's output for another variant of the same set (a stored one)."""
+        expected = [(int(slot), int(variant)) for slot, variant in command.get("expected") or []]
+        atol, rtol = command.get("atol"), command.get("rtol")
+
+        def choose(value: object) -> None:
+            kept = value.get("kept") if isinstance(value, dict) else None
+            if isinstance(kept, list):
+                for entry, (slot, variant) in zip(kept, expected, strict=False):
+                    ref = self._ref_variant(slot, variant)
+                    if isinstance(entry, dict) and ref is not None:
+                        _want_matching(entry.get("tensors"), ref.tensors)
+
+        message, wrong, replayed = None, [], None
+        try:
+            kept = self.channel.read_payload(command, choose)["kept"]
+            if not isinstance(kept, list) or len(kept) != len(expected):
+                raise MalformedOutputs(f"{len(kept) if isinstance(kept, list) else 'no'} kept outputs, "
+                                      f"expected {len(expected)}")
+            for index, (entry, (slot, variant)) in enumerate(zip(kept, expected, strict=True)):
+                ref = self._ref_variant(slot, variant)
+                if ref is None:
+                    raise MalformedOutputs(f"no reference output for input set {slot}, variant {variant}")
+                cand = self._on_device(correctness.parse_outputs(entry))
+                result = correctness.compare(index, ref, cand, atol, rtol)
+                if result.passed:
+                    continue
+                wrong.append([index, result.message or "outputs differ"])
+                if replayed is None and self.ref_variants:
+                    others = [v for v, other in enumerate(self.ref_variants[slot]) if v != variant
+                              and correctness.compare(index, other, cand, atol, rtol).passed]
+                    replayed = others[0] if others else -1
+        except (MalformedOutputs, WireError, KeyError, TypeError, ValueError) as exc:
             message = f"timed run: {exc}"
-        self.channel.send("done", op="check_timed", ok=message is None, message=message)
+        self.channel.send("done", op="check_timed", ok=message is None and not wrong, message=message, wrong=wrong,
+                          replayed=replayed if replayed is not None and replayed >= 0 else None,
+                          checked=len(expected))
 
 
 def _nbytes(outputs: list[Outputs]) -> int:

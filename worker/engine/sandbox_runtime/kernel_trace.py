@@ -13,6 +13,7 @@ import contextlib
 import secrets
 import time
 
+import numpy
 import torch
 import torch.autograd.profiler
 from torch.profiler import record_function
@@ -28,6 +29,7 @@ _record_function = record_function
 _perf_counter_ns = time.perf_counter_ns
 _current_stream = torch.cuda.current_stream
 _set_stream = torch.cuda.set_stream
+_count_nonzero = numpy.count_nonzero
 
 # Labels carry a nonce drawn at import, so user code cannot open a range that passes for ours.
 _NONCE = secrets.token_hex(6)
@@ -35,6 +37,12 @@ FORWARD_LABEL = f"kj_forward_{_NONCE}"
 # On CPU each launch of a candidate's kernel (Triton or Numba) runs inside a range named this + its name.
 LAUNCH_PREFIX = f"kj_launch_{_NONCE}::"
 MAX_EVENTS = 20000
+# On CPU, during the traced call only: the bytes the Triton interpreter's loads read (the elements each
+# load's mask lets through) and the host time of Triton launches. The interpreter's time says nothing
+# about memory (its cost per element varies 3x with how a kernel indexes); its loads are counted
+# instead, as a GPU's DRAM counters would count them (the physics rule KJ-R06, worker/engine/physics.py).
+# A dict: the harness's module-level bindings never change (integrity.py).
+_INTERPRETER = {"counting": False, "loaded_bytes": 0, "launch_ns": 0}
 
 
 def launch_range(kernel_name: str):
@@ -52,16 +60,30 @@ def install_cpu_launch_hooks() -> None:
 
 def _install_triton_interpreter_hook() -> None:
     try:
-        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder
     except ImportError:
         return
     original = InterpretedFunction.run
+    original_load = InterpreterBuilder.create_masked_load
 
     def run(self, *args, **kwargs):
-        with launch_range(getattr(self.fn, "__name__", "kernel")):
-            return original(self, *args, **kwargs)
+        started = _perf_counter_ns()
+        try:
+            with launch_range(getattr(self.fn, "__name__", "kernel")):
+                return original(self, *args, **kwargs)
+        finally:
+            if _INTERPRETER["counting"]:
+                _INTERPRETER["launch_ns"] += _perf_counter_ns() - started
+
+    def create_masked_load(self, ptrs, mask, *args, **kwargs):
+        loaded = original_load(self, ptrs, mask, *args, **kwargs)
+        if _INTERPRETER["counting"]:
+            _INTERPRETER["loaded_bytes"] += int(_count_nonzero(mask.data)) * loaded.data.dtype.itemsize
+        return loaded
 
     InterpretedFunction.run = run
+    # Every load of the interpreter (plain, masked, block pointers, descriptors) comes through here.
+    InterpreterBuilder.create_masked_load = create_masked_load
 
 
 def _profiler(device: torch.device):
@@ -111,8 +133,12 @@ def trace_forward(model, args: list, device: torch.device) -> dict:
         if cuda:
             flush.zero_()
             marker.add_(1)
+        _INTERPRETER.update(counting=not cuda, loaded_bytes=0, launch_ns=0)
         with _record_function(FORWARD_LABEL):
-            model(*args)
+            try:
+                model(*args)
+            finally:
+                _INTERPRETER["counting"] = False
         if cuda:
             switched = _current_stream(device) != timed
             if switched:
@@ -121,6 +147,8 @@ def trace_forward(model, args: list, device: torch.device) -> dict:
             torch.cuda.synchronize(device)
     events = _raw_events(prof)
     events["current_stream_switched"] = switched
+    if not cuda:
+        events["interpreter"] = {"loaded_bytes": _INTERPRETER["loaded_bytes"], "launch_ns": _INTERPRETER["launch_ns"]}
     return events
 
 

@@ -8,8 +8,9 @@ and compares.
 
 Environment: KJ_ROLE (reference|candidate), KJ_DEVICE (cpu|cuda), KJ_MSG_FD (reply channel).
 Commands (one JSON line on stdin, tensors after it, see wire): load, run (the trials with the
-inputs as forward left them, then the doubled batch), trace (the kernels one call ran), time,
-timed_outputs, exit. Replies: ready, loaded, done, timing, error.
+inputs as forward left them, then the doubled batch), trace (the kernels one call ran),
+timing_variants (the timing pool's variants, from the judge), time, timed_outputs, exit.
+Replies: ready, loaded, done, timing, error.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class Runner:
         self.module = None
         self.model = None
         self.pool: list[list] = []
+        self.variants: timer.InputVariants | None = None  # the timing pool's variants (timing_variants)
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
@@ -190,17 +192,22 @@ class Runner:
         self._send_timing(self.model, command)
 
     def _send_timing(self, model, command: dict) -> None:
+        order = command.get("order")
         try:
             samples = timer.time_model(model, self.pool, self.device, runs=command["runs"],
                                        warmup=int(command.get("warmup", timer.WARMUP_RUNS)),
-                                       snapshot=bool(command.get("snapshot")))
+                                       keep=frozenset(int(i) for i in command.get("keep") or ()),
+                                       order=[int(code) for code in order] if order is not None else None,
+                                       variants=self.variants)
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "while timing forward") from exc
-        # Kept for `timed_outputs`, which sends them outside the externally clocked request.
-        if samples.last_outputs:
-            self.last_timed = samples.last_outputs
+        self._keep_timed(samples.kept)
         self.channel.send("timing", device_ms=samples.device_ms, warmup_runs=samples.warmup_runs,
                           tampered=self.integrity.changed())
+
+    def _keep_timed(self, outputs: list) -> None:
+        """The kept outputs of a timed block (the judge keeps none: it copies them only so that both
+        sides' loops do the same work)."""
 
 
 class CandidateRunner(Runner):
@@ -208,8 +215,8 @@ class CandidateRunner(Runner):
 
     def __init__(self) -> None:
         super().__init__()
-        # Outputs of the last timing run, per pool slot; sent by `timed_outputs`.
-        self.last_timed: dict[int, object] = {}
+        # Copies of the outputs of the timed calls the supervisor chose, in order; sent by `timed_outputs`.
+        self.kept_timed: list[object] = []
 
     def warm(self) -> None:
         kernel_trace.warm_profiler(self.device)  # the job's `trace` then starts in milliseconds
@@ -280,9 +287,21 @@ class CandidateRunner(Runner):
             files, data = [], b""
         self.channel.send_bytes("done", data, op="triton_cache", files=files)
 
+    def _keep_timed(self, outputs: list) -> None:
+        # Sent by `timed_outputs`, outside the externally clocked requests.
+        self.kept_timed.extend(outputs)
+
+    def op_timing_variants(self, command: dict) -> None:
+        """The timing pool's variants, made by the judge (see timing_variants), onto this runner's pool."""
+        slots = self.channel.read_payload(command)["slots"]
+        self.variants = timer.InputVariants(self.pool, [[(int(c["arg"]), c["positions"], c["values"]) for c in changes]
+                                                        for changes in slots])
+        self.channel.send("done", op="timing_variants")
+
     def op_timed_outputs(self, command: dict) -> None:
-        stored = {str(slot): to_storable(out) for slot, out in self.last_timed.items()}
-        self.channel.send("done", payload={"pool": stored}, op="timed_outputs", tampered=self.integrity.changed())
+        stored = [to_storable(out) for out in self.kept_timed]
+        self.kept_timed = []
+        self.channel.send("done", payload={"kept": stored}, op="timed_outputs", tampered=self.integrity.changed())
 
 
 def aliased_outputs(out: object, args: list) -> list[str]:

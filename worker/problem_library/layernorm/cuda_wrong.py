@@ -1,4 +1,4 @@
-"""One-pass variance, E[x^2] - E[x]^2, in fp32: for rows whose mean (~3) is large next to their
+"""One-pass variance, E[x^2] - E[x]^2, in fp32: for rows whose mean (~0.5) is large next to their
 spread (variance 1e-4) the two terms cancel and the variance is off by ~10%."""
 
 import torch

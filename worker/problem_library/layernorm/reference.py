@@ -24,7 +24,12 @@ class Model(torch.nn.Module):
 
 
 def get_inputs():
-    return [0.01 * torch.randn(ROWS, HIDDEN) + 3.0 * torch.randn(ROWS, 1)]
+    # Offsets of about 0.5 (up to ~2 in 8192 rows): 50x the spread, so a one-pass variance still cancels
+    # (millions of values beyond the tolerance), while an honest two-pass fp32 kernel's rounding of the mean
+    # (~1e-7 of the offset, over the 0.01 spread) leaves a third of the tolerance unused (CPU, blocked sums).
+    # Offsets of 3 (up to ~12) put even PyTorch's own layernorm beyond the tolerance against float64 on
+    # hundreds of values: every honest layernorm failed on an H100 (2026-11-25).
+    return [0.01 * torch.randn(ROWS, HIDDEN) + 0.5 * torch.randn(ROWS, 1)]
 
 
 def get_init_inputs():

@@ -1,0 +1,37 @@
+"""Honest counterpart of c2_strided_row_mean: the same tiles of 64 rows, every row read, tree sums per tile
+and a kernel summing the partials."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tile_sums(x_ptr, partial_ptr, rows, cols, BR: tl.constexpr, BC: tl.constexpr):
+    pid = tl.program_id(0)
+    r = pid * BR + tl.arange(0, BR)
+    c = tl.arange(0, BC)
+    mask = (r[:, None] < rows) & (c[None, :] < cols)
+    tile = tl.load(x_ptr + r[:, None] * cols + c[None, :], mask=mask, other=0.0)
+    tl.store(partial_ptr + pid, tl.sum(tl.sum(tile, axis=1), axis=0))
+
+
+@triton.jit
+def scaled_total(partial_ptr, out_ptr, count, scale, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr, tl.sum(tl.load(partial_ptr + offs, mask=offs < count, other=0.0), axis=0) * scale)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        x = x.contiguous()
+        rows, cols = x.shape
+        programs = triton.cdiv(rows, 64)
+        partials = torch.empty(programs, device=x.device, dtype=torch.float32)
+        tile_sums[(programs,)](x, partials, rows, cols, BR=64, BC=triton.next_power_of_2(cols))
+        out = torch.empty(1, device=x.device, dtype=torch.float32)
+        scaled_total[(1,)](partials, out, programs, 1.0 / x.numel(), BLOCK=triton.next_power_of_2(programs))
+        return out
