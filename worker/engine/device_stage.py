@@ -228,6 +228,12 @@ class DeviceStage:
                                                     generated.environment.get("gpu_name"), self.settings)
         if generated.truth_skipped:
             self.builder.extra["precision_skipped"] = generated.truth_skipped
+        if generated.trials_sized:
+            sized = generated.trials_sized
+            self.builder.extra["trials_sized"] = {
+                **sized, "reason": f"{sized['kept']} of {sized['asked']} trials: one trial's inputs and outputs take "
+                                   f"{sized['set_bytes']} bytes, the budget is {sized['budget']} "
+                                   "(KERNELJUDGE_TRIAL_BYTES_BUDGET)"}
         # The problem's persisted baselines: asked for now, measured in the background while this job runs.
         self._baseline_key = BaselineKey.of(request.reference, opts.device.value, generated.environment.get("gpu_name"))
         compile_baseline.request(self._baseline_key, request.reference, opts, self.settings)

@@ -48,6 +48,9 @@ class GeneratedReference:
     input_bytes: int
     tampered: list[str] = field(default_factory=list)
     device_bytes: int = 0  # what the judge says it holds on its device (its allocator's reserve)
+    # Set when a trial's inputs and outputs were too large for all the trials asked for: kept, asked,
+    # set_bytes, budget (judge_process.sized_trials).
+    trials_sized: dict | None = None
     # What it measured for the physics rule (sandbox_runtime/physics.py, worker/engine/physics.py).
     physics: dict = field(default_factory=dict)
 
@@ -142,13 +145,15 @@ class JudgeSession:
                                            self.settings)
         reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes,
                                      probe_max_bytes=self.probe_max_bytes, atol=self.options.atol,
-                                     rtol=self.options.rtol, physics_measures=measures, **seeds)
+                                     rtol=self.options.rtol, physics_measures=measures,
+                                     trial_bytes_budget=self.settings.trial_bytes_budget, **seeds)
         self.generated = GeneratedReference(
             environment=self.session.environment, shape_info=dict(reply.get("shape_trial") or {}),
             perturbed_trials=[int(i) for i in reply.get("perturbed_trials") or []],
             truth_skipped=str(reply["truth_skipped"])[:500] if reply.get("truth_skipped") else None,
             output_bytes=int(reply.get("output_bytes") or 0), reply_bytes=int(reply.get("reply_bytes") or 0),
             input_bytes=int(reply.get("input_bytes") or 0), tampered=list(reply.get("tampered") or []),
+            trials_sized=dict(reply["trials_sized"]) if isinstance(reply.get("trials_sized"), dict) else None,
             device_bytes=int(reply.get("device_bytes") or 0),
             physics=reply["physics"] if isinstance(reply.get("physics"), dict) else {},
         )

@@ -67,6 +67,9 @@ class EngineSettings:
     # The probe trials (scaled, rounding, spikes inputs) are skipped when one input set or one trial's
     # outputs exceed this (the judge keeps three more input sets, outputs and float64 truths).
     probe_trial_max_bytes: int = 1024**3
+    # The problem's trials keep at most this many bytes of inputs and outputs together (at least 2 trials
+    # stay): a problem with 20 GiB of outputs a trial held its lane's device for minutes with all of them.
+    trial_bytes_budget: int = 16 * 1024**3
     # Candidate runners kept started and warm (torch and Triton imported), each used once; 0: none.
     # None: sized by the service's pipeline to its lane (device concurrency + 2), else 1.
     warm_sandboxes: int | None = None
@@ -141,6 +144,8 @@ class EngineSettings:
                                                             settings.shape_trial_max_bytes))
         settings.probe_trial_max_bytes = int(os.environ.get("KERNELJUDGE_PROBE_TRIAL_MAX_BYTES",
                                                             settings.probe_trial_max_bytes))
+        settings.trial_bytes_budget = int(os.environ.get("KERNELJUDGE_TRIAL_BYTES_BUDGET",
+                                                         settings.trial_bytes_budget))
         settings.peak_bandwidth_gbps = float(os.environ.get("KERNELJUDGE_PEAK_BANDWIDTH_GBPS") or 0)
         warm = os.environ.get("KERNELJUDGE_WARM_SANDBOXES")
         settings.warm_sandboxes = int(warm) if warm not in (None, "", "auto") else None

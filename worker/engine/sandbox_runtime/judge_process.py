@@ -80,6 +80,7 @@ class JudgeRunner(Runner):
         self.init_inputs: list = []
         self.trial_inputs: list[list] = []
         self.pool_inputs: list[list] = []
+        self.sized: dict | None = None  # the trials kept when one trial is too large for them all (sized_trials)
         self.shape_inputs: list[list] = []
         self.ref_trials: list[Outputs] = []
         self.truths: list[Outputs] = []
@@ -122,8 +123,15 @@ class JudgeRunner(Runner):
         trials = [self._inputs(seed) for seed in command["trial_seeds"]]
         pool = [self._inputs(seed) for seed in command["pool_seeds"]]
         self._construct("Model", init_inputs, command["init_seed"])
-        trial_outputs = [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
-                         for i, a in enumerate(trials)]
+        first = self._call(to_device(clone_args(trials[0]), self.device), "in Model.forward (trial 0)")
+        set_bytes = input_bytes(trials[0]) + _nbytes_args(first["tensors"])
+        kept = sized_trials(len(trials), set_bytes, int(command.get("trial_bytes_budget") or 0))
+        if kept < len(trials):
+            self.sized = {"kept": kept, "asked": len(trials), "set_bytes": set_bytes,
+                          "budget": int(command["trial_bytes_budget"])}
+            trials = trials[:kept]
+        trial_outputs = [first] + [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
+                                   for i, a in enumerate(trials[1:], start=1)]
         tolerances = correctness.tolerance_table(command.get("atol"), command.get("rtol"))
         self.perturbed = self._perturb_degenerate(trials, trial_outputs, tolerances)
         double = reference_checks.Float64Reference(
@@ -148,7 +156,7 @@ class JudgeRunner(Runner):
         self.pool = [to_device(a, self.device) for a in pool]
         measured = self._physics(command.get("physics_measures") or [])
         self.channel.send("done", op="generate", shape_trial=self.shape_info, perturbed_trials=self.perturbed,
-                          physics=measured,
+                          physics=measured, trials_sized=self.sized,
                           truth_skipped=truth_skipped, tampered=self.integrity.changed(),
                           output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
                           input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs,
@@ -531,6 +539,20 @@ class JudgeRunner(Runner):
         self.channel.send("done", op="check_timed", ok=message is None and not wrong, message=message, wrong=wrong,
                           replayed=replayed if replayed is not None and replayed >= 0 else None,
                           checked=len(expected))
+
+
+# However large one input set and its outputs are, this many trials stay (two different draws of the inputs
+# tell a kernel that computes from its inputs from one that does not).
+MIN_SIZED_TRIALS = 2
+
+
+def sized_trials(asked: int, set_bytes: int, budget: int) -> int:
+    """How many of `asked` trials a problem keeps when each trial's inputs and outputs take `set_bytes`: as many
+    as fit in `budget` bytes (0: no budget), never fewer than MIN_SIZED_TRIALS. One huge problem (20 GiB of
+    outputs a trial) held its lane's device for 185 s with every trial, while the other jobs waited."""
+    if budget <= 0 or set_bytes <= 0 or asked * set_bytes <= budget:
+        return asked
+    return max(min(asked, MIN_SIZED_TRIALS), min(asked, budget // set_bytes))
 
 
 def _nbytes(outputs: list[Outputs]) -> int:

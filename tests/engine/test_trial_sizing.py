@@ -1,0 +1,44 @@
+"""One huge problem does not hold its lane's device for minutes: its trials are sized to a byte budget (at least
+two stay), and the result says so. (A problem with 20 GiB of outputs a trial held an H100 lane for 185 s.)"""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
+from worker.engine import evaluate
+from worker.engine.sandbox_runtime.judge_process import MIN_SIZED_TRIALS, sized_trials
+from worker.models import EvalOptions, EvalRequest, EvalStatus
+
+WRONG_SILU = triton_candidate('''
+    y = torch.empty_like(x)
+    n = x.numel()
+    silu_kernel[(triton.cdiv(n, 256),)](x, y, n, BLOCK=256)
+    return y * 1.01
+''')
+
+
+def test_the_trials_kept_fit_the_budget_and_never_fewer_than_two():
+    assert sized_trials(5, 100, 0) == 5  # no budget
+    assert sized_trials(5, 100, 500) == 5  # all fit
+    assert sized_trials(5, 100, 350) == 3
+    assert sized_trials(5, 10**12, 350) == MIN_SIZED_TRIALS == 2
+    assert sized_trials(1, 10**12, 350) == 1  # never more than asked
+
+
+def test_a_problem_too_large_for_its_trials_keeps_what_fits_and_still_judges(settings):
+    # A reference of its own: a judge cached by another test would keep every trial.
+    reference = f"{SILU_REFERENCE}\n# trial-sizing {uuid.uuid4().hex}\n"
+    options = EvalOptions(timing=False, trials=5)
+    probe = evaluate(EvalRequest(reference=reference, candidate=HONEST_SILU, options=options), settings=settings)
+    assert probe.status == EvalStatus.ok and len(probe.correctness.trials) == 5 and "trials_sized" not in probe.extra
+
+    reference = f"{SILU_REFERENCE}\n# trial-sizing {uuid.uuid4().hex}\n"
+    settings.trial_bytes_budget = 1  # smaller than any trial: the two-trial floor
+    honest = evaluate(EvalRequest(reference=reference, candidate=HONEST_SILU, options=options), settings=settings)
+    assert honest.status == EvalStatus.ok and len(honest.correctness.trials) == 2
+    sized = honest.extra["trials_sized"]
+    assert (sized["kept"], sized["asked"], sized["budget"]) == (2, 5, 1) and sized["set_bytes"] > 0
+    assert "2 of 5 trials" in sized["reason"]
+    wrong = evaluate(EvalRequest(reference=reference, candidate=WRONG_SILU, options=options), settings=settings)
+    assert wrong.status == EvalStatus.incorrect
