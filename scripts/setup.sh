@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up kerneljudge on a fresh Debian/Ubuntu machine: system packages, a virtualenv in .venv,
-# a CPU build of torch (unless a GPU build is wanted), and the project with its extras.
+# torch (from pip's configured index, or KERNELJUDGE_TORCH_INDEX), and the project with its extras.
 #   scripts/setup.sh            service + worker (default)
 #   scripts/setup.sh dev        + test tools (pytest, ruff, schemathesis, psycopg, playwright + apt chromium)
 # Idempotent: re-running it only installs what is missing.
@@ -32,17 +32,24 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 py="$venv/bin/python"
-# The service runs on Python 3.10+; the test extra (trl, verifiers) needs 3.11+.
+# The service runs on Python 3.10+; the test extra needs 3.11 to 3.13 (trl: 3.11+, verifiers 0.3: before 3.14).
 minimum=$([ "$extra" = dev ] && echo 11 || echo 10)
 if ! "$py" -c "import sys; sys.exit(sys.version_info < (3, $minimum))"; then
     echo "setup: '$extra' needs Python 3.$minimum or newer; $venv has $("$py" -V 2>&1)." >&2
     echo "setup: remove $venv and run again with a newer python3 on PATH (or set KERNELJUDGE_VENV)." >&2
     exit 1
 fi
+if [ "$extra" = dev ] && ! "$py" -c "import sys; sys.exit(sys.version_info >= (3, 14))"; then
+    echo "setup: 'dev' (the test suite's trainer libraries: verifiers 0.3) needs Python 3.13 or older; $venv has" \
+        "$("$py" -V 2>&1). Remove $venv and run again with python3.11-3.13 on PATH (or set KERNELJUDGE_VENV)." >&2
+    exit 1
+fi
 "$py" -m pip install --quiet --upgrade pip
-# The CPU build of torch unless told otherwise: an unpinned torch pulls a multi-GB CUDA build.
+# torch from pip's configured index: on plain PyPI the Linux wheel is the CUDA build (several GB of CUDA
+# libraries); KERNELJUDGE_TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU build instead.
 if ! "$py" -c "import torch" 2>/dev/null; then
-    "$py" -m pip install --quiet "torch==${KERNELJUDGE_TORCH_VERSION:-2.13.0}"
+    "$py" -m pip install --quiet ${KERNELJUDGE_TORCH_INDEX:+--index-url "$KERNELJUDGE_TORCH_INDEX"} \
+        "torch==${KERNELJUDGE_TORCH_VERSION:-2.13.0}"
 fi
 "$py" -m pip install --quiet "triton==${KERNELJUDGE_TRITON_VERSION:-3.6.0}"
 "$py" -m pip install --quiet -e ".[$extra]"
