@@ -150,8 +150,8 @@ def _gpu_attribution(busy_ms: float) -> Attribution:
 
 
 def _reads(settings: EngineSettings, *, copy_gbps: float = 2800.0, reference_ms: float = 0.12,
-           counted: int = 256 * MIB, gpu: str = "a test GPU") -> physics.ProblemReads:
-    measured = {"bandwidth": {"copy_gbps": copy_gbps}, "reference_ms": reference_ms,
+           counted: int = 256 * MIB, gpu: str = "a test GPU", l2_bytes: int = 0) -> physics.ProblemReads:
+    measured = {"bandwidth": {"copy_gbps": copy_gbps}, "reference_ms": reference_ms, "l2_bytes": l2_bytes,
                 "inputs": [{"index": 0, "input": "float32[16384, 4096]", "bytes": 256 * MIB, "counted": counted}]}
     return physics.problem_reads(measured, "cuda", gpu, settings)
 
@@ -273,3 +273,18 @@ def test_inputs_the_output_depends_on_count_and_the_rest_is_left_out_with_why():
     assert reads[4]["note"].startswith("under ")
     early = _counted(lambda x: (x > -10).any(), lambda: [torch.randn(256, 256)])
     assert early[0]["counted"] == 0
+
+
+def test_inputs_that_fit_in_l2_are_judged_by_the_cold_timed_median_only(settings):
+    """A traced call's inputs may still be in L2 (50 MB on an H100), read there faster than memory allows: an
+    honest kernel on 32 MiB would look like a subsampler by its traced time."""
+    settings.peak_bandwidth_gbps = 0.0
+    reads = _reads(settings, gpu="L2 GPU", counted=32 * MIB, reference_ms=0.02, l2_bytes=50 * 10**6)
+    floor_ms = 32 * MIB / 2.8e12 * 1e3  # 0.012 ms
+    l2_fast = _gpu_attribution(0.25 * floor_ms)  # read from L2 at 4x the memory's rate
+    untimed = physics.assess(reads, l2_fast, None, "cuda")
+    assert not untimed.applies and "fit in 4x the GPU's L2" in untimed.why_not
+    honest = physics.assess(reads, l2_fast, 1.1 * floor_ms, "cuda")  # cold L2: memory speed
+    assert honest.applies and not honest.rejected and "trace_gpu_ms" not in honest.candidate
+    subsampler = physics.assess(reads, l2_fast, 0.3 * floor_ms, "cuda")
+    assert subsampler.rejected and "its timed median" in subsampler.evidence

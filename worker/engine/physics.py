@@ -45,6 +45,8 @@ REJECT_SHARE = 0.5
 # Below this many counted bytes the rule does not apply (a launch-bound problem).
 MIN_COUNTED_BYTES = 1024 * 1024
 MAX_INPUTS_NAMED = 4
+# A traced call's time counts on a GPU only for counted bytes above this many times its L2 cache.
+L2_MARGIN = 4
 
 
 @dataclass
@@ -98,6 +100,7 @@ class ProblemReads:
     counted_bytes: int = 0
     reference_ms: float | None = None
     skipped: str | None = None  # why the rule does not apply to this problem
+    l2_bytes: int = 0  # the GPU's L2 cache (0: CPU, or not known)
 
 
 def problem_reads(measured: dict | None, device: str, gpu_name: str | None, settings: EngineSettings) -> ProblemReads:
@@ -109,7 +112,7 @@ def problem_reads(measured: dict | None, device: str, gpu_name: str | None, sett
         bandwidth.copy_gbps, bandwidth.source = settings.peak_bandwidth_gbps, "configured"
     inputs = [dict(item) for item in measured.get("inputs") or [] if isinstance(item, dict)]
     reads = ProblemReads(bandwidth, inputs, sum(int(item.get("counted") or 0) for item in inputs),
-                         _number(measured.get("reference_ms")))
+                         _number(measured.get("reference_ms")), l2_bytes=int(measured.get("l2_bytes") or 0))
     if measured.get("error"):
         reads.skipped = f"the judge could not measure it: {str(measured['error'])[:300]}"
     elif measured.get("skipped"):
@@ -190,7 +193,11 @@ def assess(reads: ProblemReads | None, attribution: Attribution | None, timed_me
     copy = bandwidth.copy_gbps or 0.0
     candidate: dict = {}
     evidence: list[tuple[int, str]] = []
-    if attribution is not None and device == "cuda" and attribution.forward_gpu_ms > 0:
+    # The traced call's inputs may still be in the GPU's L2 (just copied there, or read by a call before),
+    # where they read faster than from memory: its time counts only for inputs far larger than the L2. The
+    # timed median is always measured with a cold L2 (the timer flushes it before each call).
+    trace_fits_l2 = device == "cuda" and reads.counted_bytes <= L2_MARGIN * reads.l2_bytes
+    if attribution is not None and device == "cuda" and attribution.forward_gpu_ms > 0 and not trace_fits_l2:
         busy = attribution.forward_gpu_ms
         candidate["trace_gpu_ms"] = busy
         evidence.append((int(busy * 1e-3 * copy * 1e9),
@@ -208,8 +215,11 @@ def assess(reads: ProblemReads | None, attribution: Attribution | None, timed_me
         candidate["timed_median_ms"] = timed_median_ms
         evidence.append((int(timed_median_ms * 1e-3 * copy * 1e9), f"its timed median is {timed_median_ms:.4f} ms"))
     if not evidence:
-        return Assessment(False, "the candidate's time was not measured (no kernel trace, not timed)", reads,
-                          candidate)
+        why = "the candidate's time was not measured (no kernel trace, not timed)"
+        if trace_fits_l2:
+            why = (f"the counted {reads.counted_bytes} bytes fit in {L2_MARGIN}x the GPU's L2 ({reads.l2_bytes} bytes), "
+                   "so only a cold-L2 timed median can tell, and the job was not timed")
+        return Assessment(False, why, reads, candidate)
     readable, said = min(evidence, key=lambda item: item[0])
     assessment = Assessment(True, None, reads, candidate, readable)
     if readable < need:

@@ -259,6 +259,10 @@ def measure(model: Callable[..., object], prepare: Callable[[list], list], args:
     `model` is the reference, `prepare(args)` a fresh copy of an input set on the device; `measures` the
     bandwidths to measure ("copy": the supervisor keeps the fastest per device)."""
     result: dict = {"bandwidth": {}}
+    if device.type == "cuda":
+        # Inputs that fit in L2 can be read from it faster than the copy bandwidth (HBM) allows: a traced call,
+        # whose inputs may still be in L2, says nothing about reading them from memory (worker/engine/physics.py).
+        result["l2_bytes"] = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
     if "copy" in measures:
         try:
             result["bandwidth"]["copy_gbps"] = copy_bandwidth_gbps(device)
