@@ -83,3 +83,38 @@ def test_a_block_with_the_wrong_number_of_samples_or_a_non_finite_one_is_a_proto
     block = TimedBlock.from_reply({"device_ms": [1, 2, 3], "tampered": ["time.perf_counter"]}, runs=3, warmup=1,
                                   wall_s=0.01)
     assert block.calls == 4 and block.median_ms == 2.0 and block.tampered == ["time.perf_counter"]
+
+
+def _drifting_side(calls: list, base_ms: float, drift: list[float]):
+    """A side whose every block is steady inside but moves from block to block by `drift` (other load)."""
+    def run(runs: int, warmup: int, keep: int) -> TimedBlock:
+        level = drift[len(calls) % len(drift)]
+        calls.append(runs)
+        return TimedBlock([base_ms * level] * runs, warmup, (runs + warmup) * base_ms * level / 1e3, [])
+    return run
+
+
+def test_pairs_are_added_while_their_ratios_spread_too_much_for_the_median_to_repeat():
+    from worker.engine.timing_protocol import MAX_PAIRS_TOTAL, TARGET_PAIR_SE, pair_ratio_se
+
+    options = EvalOptions(timing_min_runs=20, timing_budget_s=10)
+    steady = measure_paired(_drifting_side([], 2.0, [1.0]), _drifting_side([], 1.0, [1.0]), options)
+    planned = block_plan(20)[0]  # steady calibration: the minimum count, 20 calls per side
+    assert len(steady.pairs) == planned and pair_ratio_se(steady.pairs) == 0.0  # nothing to average out
+    # The candidate's blocks move by up to 6% between blocks while the reference's do not: pairs are added.
+    drift = [1.0, 1.06, 0.97, 1.03, 0.95, 1.02, 1.05, 0.98]
+    drifting = measure_paired(_drifting_side([], 2.0, [1.0]), _drifting_side([], 1.0, drift), options)
+    assert len(drifting.pairs) > planned
+    assert pair_ratio_se(drifting.pairs) <= TARGET_PAIR_SE or len(drifting.pairs) == MAX_PAIRS_TOTAL
+
+
+def test_extra_pairs_stop_at_twice_the_timing_budget():
+    from worker.engine.timing_protocol import EXTRA_BUDGET, MAX_PAIRS_TOTAL
+
+    options = EvalOptions(timing_min_runs=10, timing_budget_s=0.2)
+    drift = [1.0, 1.3, 0.7, 1.2, 0.8]  # far too noisy to reach the target
+    window = measure_paired(_drifting_side([], 20.0, [1.0]), _drifting_side([], 10.0, drift), options)
+    spent = max(sum(block.calls * block.median_ms for block in side) for side in zip(*window.pairs)) / 1e3
+    assert len(window.pairs) < MAX_PAIRS_TOTAL
+    # It stops at the first pair past the limit: at most one pair's time over it.
+    assert spent < EXTRA_BUDGET * options.timing_budget_s + 2 * window.runs_per_block * 20.0 * 1.3 / 1e3
