@@ -11,3 +11,4 @@ test:   ## set up, then run the tests (starts its own Redis and PostgreSQL on lo
 
 lint:
 	.venv/bin/python -m ruff check .
+	.venv/bin/python -m mypy

@@ -161,9 +161,7 @@ async def rules(request: Request, hours: float = HoursParam,
 async def stages(request: Request, hours: float = HoursParam,
                  principal: Principal = Depends(authenticate)) -> list[StageSummary]:
     """Seconds per engine stage (mean, median, p95, max, and the slowest job), slowest first."""
-    rows = await asyncio.to_thread(_stats(request).stages, _owner(principal), time.time() - hours * 3600)
-    return [StageSummary(stage=r.stage, count=r.count, mean_s=r.mean_s, p50_s=r.p50_s, p95_s=r.p95_s,
-                         max_s=r.max_s, slowest_job_id=r.slowest_job_id) for r in rows]
+    return await asyncio.to_thread(_stats(request).stages, _owner(principal), time.time() - hours * 3600)
 
 
 @router.get("/jobs", response_model=list[JobSummaryView])

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from worker.jobs.store import JobStatus
+from worker.jobs.store.stats import StageSummary as StageSummary  # /stages: the store's rows as they are
 
 from .schemas import JobView
 
@@ -80,16 +81,6 @@ class RuleSummary(BaseModel):
     message: str
     line: int | None
     evidence: str | None
-
-
-class StageSummary(BaseModel):
-    stage: str
-    count: int
-    mean_s: float
-    p50_s: float
-    p95_s: float
-    max_s: float
-    slowest_job_id: str
 
 
 class JobSummaryView(BaseModel):

@@ -37,6 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = ServiceMetrics()
     events = JobEvents()
     callbacks = CallbackSender(settings.callbacks)
+    dispatcher: CeleryDispatcher | EmbeddedDispatcher
     if settings.broker_url:
         dispatcher = CeleryDispatcher(settings.broker_url)
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -19,7 +20,7 @@ from .views import clean_errors, http_error, job_view, not_found
 
 router = APIRouter(prefix="/v1", tags=["evaluations"])
 
-ERRORS = {401: {"description": "Missing or invalid API key"}, 413: {"description": "Body too large"},
+ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "Missing or invalid API key"}, 413: {"description": "Body too large"},
           429: {"description": "Rate limit or quota (see Retry-After)"}, 503: {"description": "Queue full"}}
 WaitParam = Query(default=0.0, ge=0, le=86400, allow_inf_nan=False,
                   description="Hold the request up to this many seconds (capped by the server) for the result.")
@@ -101,12 +102,13 @@ async def create_batch(body: BatchCreate, request: Request, response: Response, 
     items = await asyncio.to_thread(submit_all)
     accepted = [item for item in items if item.job is not None]
     if wait > 0 and accepted:
-        state_jobs = await asyncio.to_thread(state.store.get_many, [item.job.id for item in accepted])
+        ids = [item.job.id for item in accepted if item.job is not None]
+        state_jobs = await asyncio.to_thread(state.store.get_many, ids)
         finished = await _wait(request, list(state_jobs.values()), wait)
         for item in accepted:
-            if item.job.id in finished:
+            if item.job is not None and item.job.id in finished:
                 item.job = job_view(finished[item.job.id])
-    response.status_code = 200 if accepted and all(i.job.status.value in TERMINAL_STATUSES
+    response.status_code = 200 if accepted and all(i.job is not None and i.job.status.value in TERMINAL_STATUSES
                                                     for i in accepted) else 202
     return BatchResponse(accepted=len(accepted), rejected=len(items) - len(accepted), items=items)
 

@@ -24,6 +24,8 @@ from .errors import ApiError
 from .models import BatchEntry, Job, Problem, SubmitItem
 
 T = TypeVar("T")
+# What a call's answer parses into: a call that answers a list of jobs is a call that answers jobs.
+Parsed = TypeVar("Parsed", covariant=True)
 
 RETRY_STATUSES = frozenset({429, 503})
 # Terminal statuses reached by a GET over ?ids= in chunks of this many ids.
@@ -31,12 +33,12 @@ IDS_PER_READ = 100
 
 
 @dataclass(frozen=True)
-class Call(Generic[T]):
+class Call(Generic[Parsed]):
     """One API call: the request to send and how to read a successful answer."""
 
     method: str
     path: str
-    parse: Callable[[httpx.Response], T]
+    parse: Callable[[httpx.Response], Parsed]
     json: Any = None
     params: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)

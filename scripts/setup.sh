@@ -2,7 +2,7 @@
 # Set up kerneljudge on a fresh Debian/Ubuntu machine: system packages, a virtualenv in .venv,
 # torch (from pip's configured index, or KERNELJUDGE_TORCH_INDEX), and the project with its extras.
 #   scripts/setup.sh            service + worker (default)
-#   scripts/setup.sh dev        + test tools (pytest, ruff, schemathesis, psycopg, playwright + apt chromium)
+#   scripts/setup.sh dev        + test tools (pytest, ruff, mypy, schemathesis, psycopg, playwright + apt chromium)
 # Idempotent: re-running it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -10,4 +10,5 @@ cleanup() { scripts/test_services.sh stop "$run_dir" || true; rm -rf "$run_dir";
 trap cleanup EXIT
 eval "$(scripts/test_services.sh start "$run_dir")"
 "$py" -m ruff check .
+"$py" -m mypy
 "$py" -m pytest -q -p no:cacheprovider "$@"

@@ -105,3 +105,20 @@ def _anchors(markdown: str) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes."""
     headings = re.findall(r"^#+\s+(.*)$", markdown, flags=re.MULTILINE)
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+VERDICTS_DOC = REPO / "docs" / "verdicts-and-rules.md"
+
+
+def test_the_error_kinds_table_lists_exactly_the_error_kinds():
+    """docs/verdicts-and-rules.md's `error.kind` table against worker.models.ErrorKind, both ways."""
+    from worker.models import ErrorKind
+
+    text = VERDICTS_DOC.read_text()
+    table = text[text.index("### Error kinds"):]
+    table = table[:table.index("\n\n", table.index("| `error.kind`"))]
+    documented = {name for row in table.splitlines() if row.startswith("| `")
+                  for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    kinds = {kind.value for kind in ErrorKind}
+    assert documented == kinds, (f"documented but no kind: {sorted(documented - kinds)}; "
+                                 f"kinds not documented: {sorted(kinds - documented)}")

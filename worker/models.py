@@ -8,7 +8,7 @@ trainer-side client can use it without the worker's dependencies.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
@@ -64,6 +64,19 @@ class SandboxKind(str, Enum):
     bwrap = "bwrap"
     # No isolation at all: for debugging the engine only. Results say so.
     none = "none"
+
+
+# Which speedup the reward's `speedup` component is (worker/engine/reward.py reward_speedup): against the eager
+# reference or against torch.compile of it. Declared here only; everything else refers to these.
+RewardBaseline = Literal["eager", "compile"]
+REWARD_BASELINES: tuple[RewardBaseline, ...] = get_args(RewardBaseline)
+DEFAULT_REWARD_BASELINE: RewardBaseline = "eager"
+
+
+def _reward_baseline_field() -> Any:
+    return Field(default=DEFAULT_REWARD_BASELINE, description=(
+        "Which speedup the reward's `speedup` component is: against the eager reference or against "
+        "torch.compile of it (falls back to eager, saying so in extra.reward_baseline, when there is none)."))
 
 
 # Request models refuse NaN and infinities (the API also refuses them in any JSON body).
@@ -124,9 +137,7 @@ class EvalOptions(BaseModel):
         "Also time torch.compile (default mode) of the reference, compiled once per problem and GPU, and report "
         "timing.compile_speedup. Default: on for cuda, off for cpu (Inductor's CPU compile is slow)."))
     reward_preset: str = "default"
-    reward_baseline: Literal["eager", "compile"] = Field(default="eager", description=(
-        "Which speedup the reward's `speedup` component is: against the eager reference or against "
-        "torch.compile of it (falls back to eager, saying so in extra.reward_baseline, when there is none)."))
+    reward_baseline: RewardBaseline = _reward_baseline_field()
     reward_weights: dict[str, Annotated[float, Field(ge=-MAX_REWARD_WEIGHT, le=MAX_REWARD_WEIGHT)]] | None = Field(
         default=None, description="Custom weights over reward components (preset 'custom')."
     )
@@ -148,8 +159,51 @@ class EvalRequest(BaseModel):
         return value
 
 
+class ErrorKind(str, Enum):
+    """What failed (`ErrorInfo.kind`), machine-readable. Listed with their meaning in docs/verdicts-and-rules.md."""
+
+    # A source the engine cannot use (status invalid_input).
+    empty_source = "empty_source"
+    syntax_error = "syntax_error"
+    missing_name = "missing_name"
+    wrong_type = "wrong_type"
+    gpu_required = "gpu_required"
+    no_candidate = "no_candidate"  # a completion without a code block (/get_reward, `completion`)
+    # The candidate's own failure (worker/engine/sandbox_runtime/failure_kind.py FailureKind).
+    compile_error = "compile_error"
+    runtime_error = "runtime_error"
+    invalid_output = "invalid_output"
+    out_of_memory = "out_of_memory"
+    timeout = "timeout"
+    crashed = "crashed"
+    protocol = "protocol"
+    # The reference's failure (status invalid_input): `reference_` and its FailureKind.
+    reference_compile_error = "reference_compile_error"
+    reference_runtime_error = "reference_runtime_error"
+    reference_invalid_output = "reference_invalid_output"
+    reference_out_of_memory = "reference_out_of_memory"
+    reference_timeout = "reference_timeout"
+    reference_crashed = "reference_crashed"
+    reference_protocol = "reference_protocol"
+    # A reward-hacking rule with severity reject (status rejected).
+    rejected = "rejected"
+    # The harness's failure, no verdict (status sandbox_error).
+    sandbox_unavailable = "sandbox_unavailable"
+    no_sandbox = "no_sandbox"
+    judge_start_failed = "judge_start_failed"
+    judge_failed = "judge_failed"
+    judge_out_of_memory = "judge_out_of_memory"
+    internal_error = "internal_error"
+
+    def __str__(self) -> str:  # the kind's name as stored and shown (format() too, on every Python version)
+        return self.value
+
+
 class ErrorInfo(BaseModel):
-    kind: str = Field(description="Machine-readable error kind, e.g. syntax_error, missing_name, build_failed.")
+    # A server only sends ErrorKind's values; a client keeps a kind it does not know (a newer server's) as text.
+    kind: ErrorKind | str = Field(union_mode="left_to_right", description=(
+        "Machine-readable error kind (ErrorKind), e.g. syntax_error, missing_name, compile_error, "
+        "reference_runtime_error, judge_failed."))
     message: str = Field(description="What went wrong and what to do.")
     line: int | None = None
     log_excerpt: str | None = Field(default=None, description="Trimmed compiler or runtime output.")
@@ -391,9 +445,7 @@ class EvalResult(BaseModel):
         "Also time torch.compile (default mode) of the reference, compiled once per problem and GPU, and report "
         "timing.compile_speedup. Default: on for cuda, off for cpu (Inductor's CPU compile is slow)."))
     reward_preset: str = "default"
-    reward_baseline: Literal["eager", "compile"] = Field(default="eager", description=(
-        "Which speedup the reward's `speedup` component is: against the eager reference or against "
-        "torch.compile of it (falls back to eager, saying so in extra.reward_baseline, when there is none)."))
+    reward_baseline: RewardBaseline = _reward_baseline_field()
     reward_components: dict[str, float] = Field(default_factory=dict)
     backend: Backend | None = None
     error: ErrorInfo | None = None

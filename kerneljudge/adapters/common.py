@@ -174,9 +174,9 @@ async def score_batch(
     outcomes: list[Outcome | None] = [None] * len(completions)
     to_submit: list[tuple[int, SubmitItem]] = []
     for i, (text, ref) in enumerate(zip(completions, references, strict=True)):
-        problem = (label_errors[i] if label_errors else None) or (None if ref else "no reference for this sample")
-        if problem:
-            outcomes[i] = outcome_from_failure(problem, fallback_reward)
+        problem = label_errors[i] if label_errors else None
+        if problem or ref is None:
+            outcomes[i] = outcome_from_failure(problem or "no reference for this sample", fallback_reward)
             continue
         to_submit.append((i, SubmitItem(reference=ref.reference, problem_id=ref.problem_id, completion=text,
                                         options=options)))

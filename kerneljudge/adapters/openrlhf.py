@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from pydantic import BaseModel, Field
 
@@ -103,6 +103,14 @@ def parse_get_reward_request(body: Any) -> list[RewardRequestItem]:
         items.append(RewardRequestItem(_response_part(query, prompts[i] if prompts else None), reference,
                                        label_error))
     return items
+
+
+@overload
+def _string_list(body: Mapping, name: str, *, required: Literal[True]) -> list[str]: ...
+
+
+@overload
+def _string_list(body: Mapping, name: str, *, required: Literal[False]) -> list[str] | None: ...
 
 
 def _string_list(body: Mapping, name: str, *, required: bool) -> list[str] | None:

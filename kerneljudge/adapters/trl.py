@@ -43,7 +43,8 @@ def kerneljudge_reward(
     judge = client or AsyncKernelJudgeClient()
 
     async def kerneljudge(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        texts, label_errors = [], []
+        texts: list[str] = []
+        label_errors: list[str | None] = []
         for completion in completions:
             try:
                 texts.append(completion_text(completion))

@@ -8,6 +8,11 @@ import textwrap
 
 import pytest
 
+# The Triton candidate builder and the SiLU kernel it writes by default are shared with the policy tests
+# (tests/conftest.py); the engine tests take them from here, with the SiLU problem.
+from tests.conftest import SILU_KERNEL as SILU_KERNEL
+from tests.conftest import TRITON_HEADER as TRITON_HEADER
+from tests.conftest import triton_candidate as triton_candidate
 from worker.engine import evaluate
 from worker.engine.settings import EngineSettings
 from worker.models import EvalOptions, EvalRequest, EvalResult
@@ -26,29 +31,6 @@ SILU_REFERENCE = textwrap.dedent('''
     def get_init_inputs():
         return []
 ''')
-
-TRITON_HEADER = textwrap.dedent('''
-    import torch
-    import triton
-    import triton.language as tl
-''')
-
-SILU_KERNEL = textwrap.dedent('''
-    @triton.jit
-    def silu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        x = tl.load(x_ptr + offs, mask=mask)
-        tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
-''')
-
-
-def triton_candidate(forward_body: str, *, kernel: str = SILU_KERNEL, extra: str = "") -> str:
-    """A Triton candidate whose forward is `forward_body` (indented by this function)."""
-    body = textwrap.indent(textwrap.dedent(forward_body).strip(), " " * 8)
-    return (TRITON_HEADER + extra + kernel
-            + "\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" + body + "\n")
-
 
 HONEST_SILU = triton_candidate('''
     y = torch.empty_like(x)

@@ -14,8 +14,8 @@ from tests.engine.conftest import SILU_REFERENCE
 from worker.engine.judge import JudgeSession
 from worker.engine.launch import UserFailure
 from worker.engine.reference_cache import new_seeds
-from worker.engine.sandbox.process import PAYLOAD_KEY
 from worker.engine.sandbox_runtime import wire
+from worker.engine.sandbox_runtime.messages import InputsDone, Payload, RunDone
 from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS
 from worker.models import EvalOptions
 
@@ -30,24 +30,24 @@ def judge(settings):
     session.close()
 
 
-def _decoded(reply: dict) -> object:
-    specs = wire.parse_specs(reply["payload"])
-    tree = wire.unpack_tree(reply["payload"], specs)
+def _decoded(reply: InputsDone) -> object:
+    assert reply.payload is not None and reply.payload.description is not None and reply.payload.data is not None
+    specs = wire.parse_specs(reply.payload.description)
+    tree = wire.unpack_tree(reply.payload.description, specs)
     wire.want_all(tree)
-    tensors = wire.read_tensors(io.BytesIO(bytes(reply[PAYLOAD_KEY])), specs, {i for i in range(len(specs))})
+    tensors = wire.read_tensors(io.BytesIO(bytes(reply.payload.data)), specs, {i for i in range(len(specs))})
     return wire.resolve(tree, tensors)
 
 
-def _as_reply(value: object) -> dict:
+def _as_reply(value: object) -> RunDone:
     """A candidate's reply as the supervisor would forward it."""
     description, tensors = wire.pack(value)
     stream = io.BytesIO()
     wire.write_tensors(stream, tensors)
-    return {"event": "done", "payload": description, "payload_bytes": wire.payload_bytes(description),
-            PAYLOAD_KEY: stream.getvalue()}
+    return RunDone(payload=Payload(wire.payload_bytes(description), description, stream.getvalue()))
 
 
-def _run_reply(trials: list[list], transform, probe_transform=None) -> dict:
+def _run_reply(trials: list[list], transform, probe_transform=None) -> RunDone:
     """SiLU of every trial, `transform`ed; the probe trials (after the problem's two) by `probe_transform`."""
     entries = []
     for index, args in enumerate(trials):
@@ -117,8 +117,7 @@ def test_shape_and_dtype_are_checked_before_the_judge_reads_the_tensor(judge):
 def test_a_reply_that_is_not_a_run_reply_is_invalid_output(judge):
     result = judge.compare(_as_reply({"trials": [torch.zeros(3)]}), time.monotonic() + 60)
     assert result.report is None and "could not be read" in result.invalid
-    garbage = {"event": "done", "payload": {"tree": {"t": 5}, "tensors": []}, "payload_bytes": 1,
-               PAYLOAD_KEY: b"\0"}
+    garbage = RunDone(payload=Payload(1, {"tree": {"t": 5}, "tensors": []}, b"\0"))
     assert judge.compare(garbage, time.monotonic() + 60).invalid
     assert judge.alive
 

@@ -30,3 +30,22 @@ def test_custom_weights_may_use_the_compile_speedup():
     comps = reward.components(compiled=True, correct=True, speedup=2.0, compile_speedup=1.25)
     assert reward.compute_reward("custom", comps, weights={"compile_speedup": 1.0}) == 1.25
     assert reward.components(compiled=True, correct=False, speedup=2.0, compile_speedup=1.25)["compile_speedup"] == 0
+
+
+def test_the_baselines_and_their_default_are_declared_once():
+    """worker.models declares them; the request, the result and `kerneljudge eval` take them from there."""
+    import argparse
+    from typing import get_args
+
+    from worker.engine.eval_cli import add_arguments
+    from worker.models import DEFAULT_REWARD_BASELINE, REWARD_BASELINES, EvalOptions, EvalResult
+
+    assert REWARD_BASELINES == ("eager", "compile") and DEFAULT_REWARD_BASELINE == "eager"
+    for model in (EvalOptions, EvalResult):
+        declared = model.model_fields["reward_baseline"]
+        assert get_args(declared.annotation) == REWARD_BASELINES and declared.default == DEFAULT_REWARD_BASELINE
+    assert EvalOptions().reward_baseline == DEFAULT_REWARD_BASELINE
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    option = next(action for action in parser._actions if action.dest == "reward_baseline")
+    assert tuple(option.choices) == REWARD_BASELINES and option.default == DEFAULT_REWARD_BASELINE

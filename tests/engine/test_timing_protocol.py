@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker.engine.launch import UserFailure
+from worker.engine.launch import UserFailure, read_reply
+from worker.engine.sandbox_runtime.messages import Timing
 from worker.engine.timing_protocol import (
     BLOCK_WARMUP,
     CALIBRATION_RUNS,
@@ -73,15 +74,19 @@ def test_paired_speedup_cancels_what_moves_both_sides_of_a_pair():
     assert low <= 2.0 <= high and high - low < 0.5
 
 
+def _timed(fields: dict, **block) -> TimedBlock:
+    """A block from a runner's `timing` reply, read as the supervisor reads it (launch.read_reply)."""
+    return TimedBlock.from_reply(read_reply({"event": "timing", **fields}, Timing), **block)
+
+
 def test_a_block_with_the_wrong_number_of_samples_or_a_non_finite_one_is_a_protocol_failure():
     with pytest.raises(UserFailure) as caught:
-        TimedBlock.from_reply({"device_ms": [1.0, 1.0]}, runs=3, warmup=1, wall_s=0.01)
+        _timed({"device_ms": [1.0, 1.0]}, runs=3, warmup=1, wall_s=0.01)
     assert caught.value.kind == "protocol"
     for bad in ([1.0, float("nan"), 1.0], [1.0, -1.0, 1.0], [1.0, 0.0, 1.0], [1.0, True, 1.0]):
         with pytest.raises(UserFailure):
-            TimedBlock.from_reply({"device_ms": bad}, runs=3, warmup=1, wall_s=0.01)
-    block = TimedBlock.from_reply({"device_ms": [1, 2, 3], "tampered": ["time.perf_counter"]}, runs=3, warmup=1,
-                                  wall_s=0.01)
+            _timed({"device_ms": bad}, runs=3, warmup=1, wall_s=0.01)
+    block = _timed({"device_ms": [1, 2, 3], "tampered": ["time.perf_counter"]}, runs=3, warmup=1, wall_s=0.01)
     assert block.calls == 4 and block.median_ms == 2.0 and block.tampered == ["time.perf_counter"]
 
 
@@ -114,7 +119,7 @@ def test_extra_pairs_stop_at_twice_the_timing_budget():
     options = EvalOptions(timing_min_runs=10, timing_budget_s=0.2)
     drift = [1.0, 1.3, 0.7, 1.2, 0.8]  # far too noisy to reach the target
     window = measure_paired(_drifting_side([], 20.0, [1.0]), _drifting_side([], 10.0, drift), options)
-    spent = max(sum(block.calls * block.median_ms for block in side) for side in zip(*window.pairs)) / 1e3
+    spent = max(sum(block.calls * block.median_ms for block in side) for side in zip(*window.pairs, strict=True)) / 1e3
     assert len(window.pairs) < MAX_PAIRS_TOTAL
     # It stops at the first pair past the limit: at most one pair's time over it.
     assert spent < EXTRA_BUDGET * options.timing_budget_s + 2 * window.runs_per_block * 20.0 * 1.3 / 1e3

@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 
 from worker.engine import triton_cache
-from worker.engine.sandbox.process import PAYLOAD_KEY
 from worker.engine.sandbox_runtime import file_tree
+from worker.engine.sandbox_runtime.messages import Payload, TritonCacheDone
 
 
-def _reply(folder) -> dict:
+def _reply(folder) -> TritonCacheDone:
     """What a runner answers to `triton_cache` (sandbox_runtime/runner.py op_triton_cache)."""
     files, data = file_tree.pack(folder)
-    return {"event": "done", "files": files, PAYLOAD_KEY: bytearray(data)}
+    return TritonCacheDone(files=files, payload=Payload(len(data), None, bytearray(data)))
 
 
 def _compiled(tmp_path, name: str, content: bytes):
@@ -57,7 +57,8 @@ def test_links_paths_out_of_the_folder_and_other_roots_are_never_written(tmp_pat
     assert sorted(p.name for p in (mine / triton_cache.CACHE_DIR_NAME).iterdir()) == ["real.bin"]
 
     # A forged manifest that climbs out of the folder is refused whole.
-    forged = {"files": [{"path": "../../escaped.bin", "size": 2, "mtime_ns": 0}], PAYLOAD_KEY: bytearray(b"no")}
+    forged = TritonCacheDone(files=[{"path": "../../escaped.bin", "size": 2, "mtime_ns": 0}],
+                             payload=Payload(2, None, bytearray(b"no")))
     other = triton_cache.folder_for(root, "candidate B")
     assert not triton_cache.publish(root, other, forged)
     assert not (other / triton_cache.CACHE_DIR_NAME).exists() and not (root / "escaped.bin").exists()

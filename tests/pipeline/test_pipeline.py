@@ -15,6 +15,9 @@ from worker.jobs.store.runner import EngineCalls, WorkerIdentity
 
 from .fakes import WAIT_S, FakeEngine, add_job
 
+# Each test needs an empty store of its own: tests/conftest.py's `store`, on SQLite only.
+pytestmark = pytest.mark.sqlite_store
+
 CPU_LANE = WorkerIdentity(name="embedded@pipeline-test:cpu0", device="cpu")
 
 
@@ -34,13 +37,6 @@ class Finished:
         with self.cond:
             assert self.cond.wait_for(lambda: len(self.jobs) >= count, WAIT_S), f"only {len(self.jobs)} finished"
             return dict(self.jobs)
-
-
-@pytest.fixture
-def store(tmp_path) -> Iterator[JobStore]:
-    instance = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    yield instance
-    instance.close()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,6 +16,9 @@ from worker.jobs.store import Job, JobStore
 from worker.jobs.store.runner import EngineCalls, WorkerIdentity
 
 from .fakes import WAIT_S, FakeEngine, JudgeModel, add_job
+
+# Each test needs an empty store of its own: tests/conftest.py's `store`, on SQLite only.
+pytestmark = pytest.mark.sqlite_store
 
 LANE = WorkerIdentity(name=f"{embedded_prefix()}cpu0", device="cpu")
 
@@ -36,13 +38,6 @@ class Finished:
     def wait_for(self, predicate) -> None:
         with self.cond:
             assert self.cond.wait_for(lambda: predicate(self.count), WAIT_S), f"only {len(self.count)} finished"
-
-
-@pytest.fixture
-def store(tmp_path) -> Iterator[JobStore]:
-    instance = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    yield instance
-    instance.close()
 
 
 def _calls(engine: FakeEngine) -> EngineCalls:

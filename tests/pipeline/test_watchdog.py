@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,6 +21,9 @@ from worker.jobs.watchdog import LaneWatchdog
 from worker.models import EvalOptions, EvalResult, EvalStatus
 
 from .fakes import WAIT_S, FakePrepared, add_job
+
+# Each test needs an empty store of its own: tests/conftest.py's `store`, on SQLite only.
+pytestmark = pytest.mark.sqlite_store
 
 LANE = WorkerIdentity(name="embedded@watchdog-test:cpu0", device="cpu")
 STALL_S = 1.0
@@ -95,13 +97,6 @@ class Finished:
     def wait_for(self, predicate) -> None:
         with self.cond:
             assert self.cond.wait_for(lambda: predicate(self.jobs), WAIT_S), f"finished: {self.jobs}"
-
-
-@pytest.fixture
-def store(tmp_path) -> Iterator[JobStore]:
-    instance = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    yield instance
-    instance.close()
 
 
 @pytest.fixture

@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
+from tests.conftest import triton_candidate
 from worker.engine.policy import check_candidate
 from worker.models import Backend, PolicyConfig, RuleHit
 
-TRITON_HEAD = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-{imports}
-
+ADD_KERNEL = '''
 @triton.jit
 def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
-
-{module}
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-{init}
-    def forward(self, a, b):
-        out = torch.empty_like(a)
-        n = out.numel()
-{forward}
-        add_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)
-        return out
 '''
 
 
@@ -36,10 +19,13 @@ def indent(block: str, spaces: int) -> str:
     return "".join(" " * spaces + line + "\n" for line in block.strip("\n").splitlines())
 
 
-def triton_candidate(forward: str = "", *, imports: str = "", module: str = "", init: str = "") -> str:
-    return TRITON_HEAD.format(
-        imports=imports, module=module, init=indent(init, 8) if init else "", forward=indent(forward, 8) if forward else ""
-    )
+def triton_add_candidate(forward: str = "", *, imports: str = "", module: str = "", init: str = "") -> str:
+    """The honest Triton add candidate (tests/conftest.py's builder): `forward` runs before its launch,
+    `imports` after the standard ones, `module` before ModelNew, `init` in ModelNew's __init__."""
+    body = (f"out = torch.empty_like(a)\nn = out.numel()\n{forward}\n"
+            "add_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)\nreturn out")
+    imports = "import torch.nn as nn\n" + (imports + "\n" if imports else "")
+    return triton_candidate(body, kernel=ADD_KERNEL, extra=imports, module=module, init=init, args="a, b")
 
 
 CUDA_TEMPLATE = '''import torch

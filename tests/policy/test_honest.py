@@ -7,7 +7,7 @@ import pytest
 from worker.engine.policy import detect_backend
 from worker.models import Backend
 
-from .policy_helpers import check, cuda_candidate, fired, triton_candidate
+from .policy_helpers import check, cuda_candidate, fired, triton_add_candidate
 
 HONEST_FORWARD_SNIPPETS = {
     "views-and-reshapes": "x = a.view(-1).contiguous()\ny = x.reshape(4, -1).permute(1, 0).transpose(0, 1)\n"
@@ -30,12 +30,12 @@ HONEST_FORWARD_SNIPPETS = {
 
 @pytest.mark.parametrize("name", sorted(HONEST_FORWARD_SNIPPETS))
 def test_honest_forward_code_fires_nothing(name):
-    source = triton_candidate(HONEST_FORWARD_SNIPPETS[name], imports="import math\nimport os")
+    source = triton_add_candidate(HONEST_FORWARD_SNIPPETS[name], imports="import math\nimport os")
     assert check(source) == []
 
 
 def test_reading_parameters_and_passing_them_to_a_kernel_is_fine():
-    source = triton_candidate(
+    source = triton_add_candidate(
         "w = self.weight\nscale = self.weight.shape[0] * 2\nadd_kernel[(1,)](a, self.weight, out, scale, BLOCK=16)",
         init="self.weight = nn.Parameter(torch.randn(16))\nself.eps = 1e-5",
     )
@@ -67,7 +67,7 @@ def test_custom_op_registered_by_the_extension_is_clean():
 
 
 def test_custom_autograd_function_is_followed_into_its_forward():
-    source = triton_candidate(
+    source = triton_add_candidate(
         "return AddFn.apply(a, b)",
         module='''class AddFn(torch.autograd.Function):
     @staticmethod
@@ -83,7 +83,7 @@ def test_custom_autograd_function_is_followed_into_its_forward():
 
 
 def test_triton_heuristics_and_device_functions_are_clean():
-    source = triton_candidate(
+    source = triton_add_candidate(
         "scale_kernel[(1,)](out, n)",
         module='''@triton.jit
 def _double(x):
@@ -102,7 +102,7 @@ def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
 
 # Streams are judged at run time, from the kernel trace (KJ-R03): no static rule reads them.
 def test_correct_multistream_triton_kernel_joined_back_is_accepted():
-    source = triton_candidate(
+    source = triton_add_candidate(
         "side = torch.cuda.Stream()\nside.wait_stream(torch.cuda.current_stream())\n"
         "with torch.cuda.stream(side):\n    add_kernel[(1,)](a, b, out, n, BLOCK=1024)\n"
         "torch.cuda.current_stream().wait_stream(side)\nout.record_stream(side)"
@@ -111,7 +111,7 @@ def test_correct_multistream_triton_kernel_joined_back_is_accepted():
 
 
 def test_two_side_streams_created_lazily_on_self_and_joined_with_events_are_accepted():
-    source = triton_candidate(
+    source = triton_add_candidate(
         "if self.streams is None:\n"
         "    self.streams = [torch.cuda.Stream() for _ in range(2)]\n"
         "    self.done = [torch.cuda.Event(), torch.cuda.Event()]\n"
@@ -152,7 +152,7 @@ def test_std_algorithms_and_device_math_are_not_libc_calls():
 @pytest.mark.parametrize(
     ("source", "backend"),
     [
-        (triton_candidate(), Backend.triton),
+        (triton_add_candidate(), Backend.triton),
         (cuda_candidate(), Backend.cuda),
         ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n", Backend.pytorch),
         ("def broken(:\n", Backend.pytorch),
@@ -174,6 +174,6 @@ def test_explicit_pytorch_backend_switches_the_custom_kernel_rules_off():
 
 
 def test_rules_can_be_disabled_by_full_id():
-    source = triton_candidate("busy = torch.cuda.is_current_stream_capturing()")
+    source = triton_add_candidate("busy = torch.cuda.is_current_stream_capturing()")
     assert fired(source) == {"KJ309"}
     assert fired(source, disabled=["KJ309-phase-sniffing"]) == set()

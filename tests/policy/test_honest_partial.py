@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .policy_helpers import check, cuda_candidate, triton_candidate
+from .policy_helpers import check, cuda_candidate, triton_add_candidate
 
 CUDA_HEAD = '''import torch
 import torch.nn as nn
@@ -238,8 +238,8 @@ def test_importing_the_reference_model_is_still_rejected():
         pytest.param(cuda_candidate("cublasHandle_t h = at::cuda::getCurrentCUDABlasHandle();",
                                     includes="#include <cublas_v2.h>", flags=', extra_ldflags=["-lcublas"]'),
                      id="cublas-in-cpp"),
-        pytest.param(triton_candidate("b.mul_(2)\na[0] = 0"), id="input-written-in-place"),
-        pytest.param(triton_candidate("", module="@triton.jit\ndef spare_kernel(x_ptr):\n    pass\n"),
+        pytest.param(triton_add_candidate("b.mul_(2)\na[0] = 0"), id="input-written-in-place"),
+        pytest.param(triton_add_candidate("", module="@triton.jit\ndef spare_kernel(x_ptr):\n    pass\n"),
                      id="kernel-defined-but-not-launched"),
     ],
 )

@@ -1,4 +1,5 @@
-"""Real sandboxed CPU evaluations of library problems (Triton under its interpreter)."""
+"""Fixtures of the problem-library tests: real sandboxed CPU evaluations of library problems (Triton under its
+interpreter), and a live server for the API and CLI tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import shutil
 
 import pytest
 
+from tests.service.helpers import make_settings, start_server
 from worker.engine import evaluate
 from worker.engine.settings import EngineSettings
 from worker.models import EvalOptions, EvalRequest, EvalResult, PolicyConfig
@@ -30,3 +32,11 @@ def evaluate_on_cpu(tmp_path):
         return evaluate(request, settings=settings)
 
     return run
+
+
+@pytest.fixture
+def live_server(tmp_path):
+    """The real app on a free port, with no workers and a batch limit of 4 items."""
+    server = start_server(make_settings(tmp_path / "data", local_workers=0, max_batch_items=4))
+    yield server
+    server.stop()

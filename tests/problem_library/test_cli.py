@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from kerneljudge.cli import main
-from tests.service.helpers import USER_KEY, make_settings, start_server
+from tests.service.helpers import USER_KEY
 from worker.problem_library.catalog import get_problem, problem_names, select
 
 
@@ -57,13 +55,6 @@ def test_export_needs_names_or_all(tmp_path, capsys):
     assert "pass --all" in capsys.readouterr().err
     assert main(["problems", "export", "--all", "--out", str(tmp_path / "all.jsonl")]) == 0
     assert len((tmp_path / "all.jsonl").read_text().splitlines()) == len(problem_names())
-
-
-@pytest.fixture
-def live_server(tmp_path):
-    server = start_server(make_settings(tmp_path / "data", local_workers=0))
-    yield server
-    server.stop()
 
 
 def test_register_puts_the_set_on_the_server_with_its_profiles(live_server, tmp_path, capsys):

@@ -8,15 +8,7 @@ import pytest
 import uvicorn
 
 from app import serve_cli
-from tests.service.helpers import make_settings, start_server
 from worker.problem_library.catalog import get_problem, select
-
-
-@pytest.fixture
-def live_server(tmp_path):
-    server = start_server(make_settings(tmp_path / "data", local_workers=0, max_batch_items=4))
-    yield server
-    server.stop()
 
 
 def _item(name: str) -> dict:

@@ -9,15 +9,11 @@ import pytest
 from worker.jobs.store import JobStore, NewJob
 from worker.jobs.store.runner import WorkerIdentity, build_request
 
+# Each test needs an empty store of its own: tests/conftest.py's `store`, on SQLite only.
+pytestmark = pytest.mark.sqlite_store
+
 REFERENCE = "import torch\nclass Model(torch.nn.Module):\n    pass\n"
 CPU_WORKER = WorkerIdentity(name="test", device="cpu")
-
-
-@pytest.fixture
-def store(tmp_path):
-    instance = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    yield instance
-    instance.close()
 
 
 def _job(store: JobStore, problem_id: str, options: dict):

@@ -104,7 +104,7 @@ def test_each_keys_jobs_get_their_own_profile(store):
 
 
 def test_a_store_made_before_owners_were_recorded_keeps_its_problems_profiles(tmp_path):
-    """Upgrade: the owner column is added (add_missing_columns); an ownerless problem's profile still
+    """Upgrade: the owner column is added (the store's migrations); an ownerless problem's profile still
     applies to every key's jobs, and only the operator (no key) changes it."""
     path, pid = tmp_path / "old.db", problem_id_for("ref")
     with sqlite3.connect(path) as conn:

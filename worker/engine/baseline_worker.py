@@ -93,10 +93,10 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
             return key, [CompileBaselineRecord(False, time.time(), compiled.reason or "not available",
                                                compile_s=compiled.compile_s, measured_on=measured_on)]
 
-        def eager_block(runs: int, warmup: int, _snapshot: bool) -> TimedBlock:
+        def eager_block(runs: int, warmup: int, _keep: int) -> TimedBlock:
             return judge.time(runs, warmup, deadline)
 
-        def compiled_block(runs: int, warmup: int, _snapshot: bool) -> TimedBlock:
+        def compiled_block(runs: int, warmup: int, _keep: int) -> TimedBlock:
             return judge.time(runs, warmup, deadline, compiled=True)
 
         # The same protocol as a job's timing: the two sides as neighbours in one exclusive window.

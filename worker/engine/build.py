@@ -32,10 +32,19 @@ from .cuda_build.pch import ensure_pchs
 from .cuda_build.source_map import map_compiler_log
 from .cuda_build.toolchain import Toolchain, ToolchainMissing, find_toolchain
 from .cuda_build.torch_support import support_env
-from .launch import RUNTIME_DIR, RunnerConfig, RunnerPaths, UserFailure, runner_spec
+from .launch import (
+    RUNTIME_DIR,
+    RunnerConfig,
+    RunnerPaths,
+    UserFailure,
+    read_reply,
+    reported_failure,
+    runner_spec,
+)
 from .sandbox import Mount, ResourceLimits, SandboxExited, SandboxProcess, SandboxTimeout, SandboxUnavailable
 from .sandbox.bwrap import SYSTEM_DIRS
-from .sandbox.process import PAYLOAD_KEY
+from .sandbox_runtime.failure_kind import FailureKind
+from .sandbox_runtime.messages import Built, MessageError
 from .settings import EngineSettings
 
 BUILT_MARKER = "BUILT"
@@ -227,7 +236,7 @@ def compiler_mounts(toolchain: Toolchain) -> list[Mount]:
 
 
 def run_build_sandbox(source_file: Path, ext_dir: Path, *, settings: EngineSettings, limit_s: float,
-                      sandbox: SandboxKind, torch_version: str, build_path: str = "auto") -> dict:
+                      sandbox: SandboxKind, torch_version: str, build_path: str = "auto") -> Built:
     """Run the sandboxed builder once and write what it built into `ext_dir`; returns its reply
     (raises UserFailure for the user's errors)."""
     toolchain = find_toolchain()
@@ -261,26 +270,29 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, *, settings: EngineSetti
         process.start()
         reply = process.receive(limit_s)
     except SandboxTimeout as exc:
-        raise UserFailure("timeout", f"the build exceeded its time limit: {exc}") from None
+        raise UserFailure(FailureKind.timeout, f"the build exceeded its time limit: {exc}") from None
     except SandboxExited as exc:
-        raise UserFailure("crashed", exc.describe(), trim_compiler_log(exc.detail)) from None
+        raise UserFailure(FailureKind.crashed, exc.describe(), trim_compiler_log(exc.detail)) from None
     finally:
         process.close(grace_s=2.0)
     if reply.get("event") == "error":
         logs = "\n".join(part for part in (process.stdout.text(), process.stderr.text()) if part.strip())
-        message = str(reply.get("message", ""))
-        line_map = reply.get("line_map") or {}
-        detail = trim_compiler_log(map_compiler_log(message + "\n" + str(reply.get("detail", "")) + "\n" + logs,
-                                                    line_map))
-        raise BuildFailure(str(reply.get("kind", "compile_error")), map_compiler_log(message, line_map)[:2000],
-                           detail, record=_record(reply.get("extensions", []), 0.0))
-    if reply.get("event") != "built":
-        raise UserFailure("protocol", f"the builder replied {reply.get('event')!r} instead of 'built'")
+        reported = reported_failure(reply)  # its kind read at the boundary: none that is no kind
+        try:  # what the builder sends beside its error: Built's fields, where they read as such
+            beside = Built.decode({"event": "built", "extensions": reply.get("extensions", []),
+                                   "line_map": reply.get("line_map", {})})
+        except MessageError:
+            beside = Built()
+        detail = trim_compiler_log(map_compiler_log(reported.message + "\n" + reported.detail + "\n" + logs,
+                                                    beside.line_map))
+        raise BuildFailure(reported.kind, map_compiler_log(reported.message, beside.line_map)[:2000],
+                           detail, record=_record(beside.extensions, 0.0))
+    built = read_reply(reply, Built)  # anything but Built is a protocol failure
     try:
-        ext_tree.unpack(reply.get("files") or [], reply.get(PAYLOAD_KEY) or b"", ext_dir)
+        ext_tree.unpack(built.files, (built.payload.data if built.payload is not None else None) or b"", ext_dir)
     except (ext_tree.BadTree, OSError) as exc:
-        raise UserFailure("protocol", f"the builder's files could not be stored: {exc}") from None
-    return reply
+        raise UserFailure(FailureKind.protocol, f"the builder's files could not be stored: {exc}") from None
+    return built
 
 
 @dataclass
@@ -316,17 +328,15 @@ def build_cuda_candidate(
     entry = settings.build_cache / key
     while True:
         with _flights_lock:
-            flight = _flights.get(entry)
-            leading = flight is None
-            if leading:
+            running = _flights.get(entry)
+            if running is None:  # this job leads the build
                 flight = _flights[entry] = _Flight()
-        if leading:
-            break
-        flight.done.wait()
-        if flight.outcome is not None:
-            return dataclasses.replace(flight.outcome, cached=True)
-        if flight.failure is not None:
-            raise dataclasses.replace(flight.failure)  # an exception object of its own per job
+                break
+        running.done.wait()
+        if running.outcome is not None:
+            return dataclasses.replace(running.outcome, cached=True)
+        if running.failure is not None:
+            raise dataclasses.replace(running.failure)  # an exception object of its own per job
     try:
         flight.outcome = _build_once(source_file, key, settings=settings, limit_s=limit_s, sandbox=sandbox,
                                      torch_version=torch_version, build_path=build_path)
@@ -361,7 +371,7 @@ def _build_once(source_file: Path, key: str, *, settings: EngineSettings, limit_
                 started = time.monotonic()
                 reply = run_build_sandbox(source_file, ext_dir, settings=settings, limit_s=limit_s,
                                           sandbox=sandbox, torch_version=torch_version, build_path=build_path)
-                record = _record(reply.get("extensions", []), round(time.monotonic() - started, 2))
+                record = _record(reply.extensions, round(time.monotonic() - started, 2))
         except BuildFailure as failure:
             if failure.record is not None:
                 failure.record.seconds = round(time.monotonic() - started, 2)

@@ -26,6 +26,7 @@ from ..models import (
     CorrectnessReport,
     Device,
     EnvironmentInfo,
+    ErrorKind,
     EvalResult,
     EvalStatus,
     TimingReport,
@@ -34,16 +35,30 @@ from . import baselines, build, clock_check, compile_baseline, judge_start, phys
 from .attribution import Attribution, attribute
 from .baselines import REFERENCE_TIMING, BaselineKey, CompileBaselineRecord, ReferenceTimingRecord
 from .cpu_plan import timing_cores
-from .gpu_schedule import ALONE_STAGE, BASELINE_WAIT_STAGE, REFERENCE_WAIT_STAGE
 from .judge import Comparison, JudgeStartFailure, TimedCheck
 from .kernel_names import own_kernel_names
 from .launch import UserFailure
 from .policy.registry import is_disabled
 from .prepared_job import PreparedJob, StageCallback, notify
 from .reference_cache import CachedReference, cache_for
-from .sandbox.process import PAYLOAD_KEY
 from .sandbox_pool import PoolEmpty, WarmRunner, pool_for
+from .sandbox_runtime.failure_kind import FailureKind
+from .sandbox_runtime.messages import (
+    ApplyTimingVariants,
+    Run,
+    RunDone,
+    Time,
+    TimedOutputs,
+    TimedOutputsDone,
+    Timing,
+    Trace,
+    Traced,
+    TritonCache,
+    TritonCacheDone,
+    VariantsApplied,
+)
 from .settings import EngineSettings
+from .stage import Stage
 from .timing_protocol import CallOrder, PairedWindow, TimedBlock, measure_paired
 from .verification import PROBE_RULE, SHAPE_RULE, TAMPER_RULE, Observations, runtime_rules
 
@@ -105,7 +120,7 @@ class DeviceStage:
         self.builder = self.prepared.builder = before
         self._begin_pass()
         self.builder.extra["retried_alone"] = f"the first pass ran out of device memory beside other jobs: {first}"
-        notify(self.on_stage, ALONE_STAGE)
+        notify(self.on_stage, Stage.alone)
         return self._run_once()
 
     def _device_shared(self) -> bool:
@@ -113,27 +128,27 @@ class DeviceStage:
         return schedule is not None and schedule.sharers > 1
 
     def _note_memory(self, failure: UserFailure) -> None:
-        if failure.kind == "out_of_memory" and self._out_of_memory is None:
+        if failure.kind == FailureKind.out_of_memory and self._out_of_memory is None:
             self._out_of_memory = failure.message[:500]
 
     def _run_once(self) -> EvalResult:
-        notify(self.on_stage, "reference")
-        with self.builder.stage("reference"):
+        notify(self.on_stage, Stage.reference)
+        with self.builder.stage(Stage.reference):
             entry = self._reference()
         if isinstance(entry, EvalResult):
             return entry
         pool = pool_for(self.options.device, self.options.sandbox, self.settings)
         runner: WarmRunner | None = None
         try:
-            notify(self.on_stage, "candidate")
-            with self.builder.stage("candidate"):
+            notify(self.on_stage, Stage.candidate)
+            with self.builder.stage(Stage.candidate):
                 try:
                     runner = pool.take(self.options.limits.run_s)
                 except PoolEmpty as exc:
-                    return self.builder.fail(EvalStatus.sandbox_error, "no_sandbox",
+                    return self.builder.fail(EvalStatus.sandbox_error, ErrorKind.no_sandbox,
                                              f"{exc}: the evaluator is overloaded, submit the job again later")
                 except UserFailure as failure:  # a warm runner failed to start: nothing of the candidate ran
-                    return self.builder.fail(EvalStatus.sandbox_error, "no_sandbox",
+                    return self.builder.fail(EvalStatus.sandbox_error, ErrorKind.no_sandbox,
                                              f"a candidate sandbox did not start ({failure.kind}: {failure.message}); "
                                              "this is not a verdict, submit the job again")
             result = self._judged(entry, runner)
@@ -156,8 +171,8 @@ class DeviceStage:
         runner.session.process.max_payload_bytes = max(runner.session.process.max_payload_bytes,
                                                        triton_cache.MAX_PUBLISH_BYTES)
         try:
-            reply = runner.session.request("triton_cache", time.monotonic() + TRITON_CACHE_REPLY_S,
-                                           max_bytes=triton_cache.MAX_PUBLISH_BYTES)
+            reply = runner.session.request(TritonCache(max_bytes=triton_cache.MAX_PUBLISH_BYTES), TritonCacheDone,
+                                           time.monotonic() + TRITON_CACHE_REPLY_S)
         except UserFailure as failure:
             log.info("no Triton cache from the runner: %s", failure.message)
             return
@@ -173,10 +188,10 @@ class DeviceStage:
             log.warning("judge failed while %s: %s", wrapped.during, wrapped.failure.message)
             # No verdict either way (EvalResult.judged is false): a device-memory failure is run once more
             # alone on a shared device (see run), and says whether it already was.
-            memory = wrapped.failure.kind == "out_of_memory"
+            memory = wrapped.failure.kind == FailureKind.out_of_memory
             alone = " even alone on the device" if memory and "retried_alone" in self.builder.extra else ""
             return self.builder.fail(
-                EvalStatus.sandbox_error, "judge_out_of_memory" if memory else "judge_failed",
+                EvalStatus.sandbox_error, ErrorKind.judge_out_of_memory if memory else ErrorKind.judge_failed,
                 f"the judge (the process that holds the reference's outputs and compares) "
                 f"{'ran out of device memory' + alone if memory else 'failed'} while {wrapped.during}: "
                 f"{wrapped.failure.message}; this is not a verdict on the candidate: skip it or submit it again")
@@ -192,9 +207,9 @@ class DeviceStage:
         if warming is not None:
             # Its judge is being started ahead (judge_start.JudgeWarmer), and needs the device to
             # generate: wait for it holding nothing, rather than start a second one.
-            notify(self.on_stage, REFERENCE_WAIT_STAGE)
+            notify(self.on_stage, Stage.reference_wait)
             warming.wait(opts.limits.run_s)
-            notify(self.on_stage, "reference")
+            notify(self.on_stage, Stage.reference)
             entry = self.cache.checkout(key)
         if entry is not None:
             self.builder.extra["reference_cache"] = "hit"
@@ -204,7 +219,7 @@ class DeviceStage:
             # The judge's process start, CUDA set-up and the reference's import are host work: they hold
             # no device lock (holding it shared for those 5-6 s kept every other job's timing waiting);
             # only generating the reference's outputs does.
-            notify(self.on_stage, REFERENCE_WAIT_STAGE)
+            notify(self.on_stage, Stage.reference_wait)
             try:
                 entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s,
                                                 on_device=self._reference_on_device)
@@ -212,7 +227,7 @@ class DeviceStage:
                 # Nothing of the reference ran (on two H100s a lane's judges could not see their GPU, and
                 # every job of that lane was called the reference's fault): the harness's failure.
                 return self.builder.fail(
-                    EvalStatus.sandbox_error, "judge_start_failed",
+                    EvalStatus.sandbox_error, ErrorKind.judge_start_failed,
                     f"the judge's runtime did not start ({failed.failure.kind}: {failed.failure.message}); nothing "
                     "of the reference or the candidate ran: this is not a verdict, submit it again",
                     log_excerpt=failed.failure.detail[-4000:] or None)
@@ -241,7 +256,7 @@ class DeviceStage:
 
     @contextlib.contextmanager
     def _reference_on_device(self) -> Iterator[None]:
-        notify(self.on_stage, "reference")
+        notify(self.on_stage, Stage.reference)
         yield
 
     def _judge_call(self, during: str, call):
@@ -259,30 +274,30 @@ class DeviceStage:
         session = runner.session
         deadline = time.monotonic() + opts.limits.run_s
         judge_deadline = time.monotonic() + opts.limits.run_s
-        with self.builder.stage("candidate"):
+        with self.builder.stage(Stage.candidate):
             if self.prepared.ext_dir is not None and runner.ext_dir is not None:
                 build.private_copy(self.prepared.ext_dir, runner.ext_dir)
             inputs = self._judge_call("sending the inputs", lambda: judge.inputs(judge_deadline))
             session.process.max_payload_bytes = 2 * generated.reply_bytes + REPLY_SLACK_BYTES
             try:
                 session.load(self.prepared.request.candidate, deadline, cpu_s=int(opts.limits.run_s * 4) + 60)
-                done = session.request("run", deadline, forward=inputs, init_seed=entry.seeds["init_seed"],
-                                       poison_bytes=2 * generated.output_bytes)
+                done = session.request(Run(init_seed=entry.seeds["init_seed"], poison_bytes=2 * generated.output_bytes,
+                                           payload=inputs.payload), RunDone, deadline)
             except UserFailure as failure:
                 self._note_memory(failure)
                 return self.builder.candidate_failure(failure, during="run")
         self.builder.compiled = True
-        tampered = list(done.get("tampered") or [])
+        tampered = list(done.tampered)
 
-        notify(self.on_stage, "compare")
-        with self.builder.stage("compare"):
-            if PAYLOAD_KEY not in done:
-                return self.builder.fail(EvalStatus.incorrect, "invalid_output",
+        notify(self.on_stage, Stage.compare)
+        with self.builder.stage(Stage.compare):
+            if done.payload is None:
+                return self.builder.fail(EvalStatus.incorrect, ErrorKind.invalid_output,
                                          "the candidate's outputs could not be read: its reply carried no tensors")
             comparison: Comparison = self._judge_call(
                 "comparing", lambda: judge.compare(done, judge_deadline, probe_check=self.probe_check))
             if comparison.report is None:
-                return self.builder.fail(EvalStatus.incorrect, "invalid_output", comparison.invalid or "")
+                return self.builder.fail(EvalStatus.incorrect, ErrorKind.invalid_output, comparison.invalid or "")
             report = comparison.report
             if comparison.perturbed_trials:
                 self.builder.extra["perturbed_trials"] = comparison.perturbed_trials
@@ -296,11 +311,11 @@ class DeviceStage:
         # Not after a failed doubled-batch trial: that may also have broken the CUDA context.
         if report.passed and not self._shape_failure:
             try:
-                traced = session.request("trace", deadline)
+                traced = session.request(Trace(), Traced, deadline)
             except UserFailure as failure:
                 self._note_memory(failure)
                 return self.builder.candidate_failure(failure, during="kernel trace")
-            self._attribution = attribute(traced.get("events") or {},
+            self._attribution = attribute(traced.events,
                                           own_kernel_names(self.prepared.request.candidate), opts.device.value)
             if self._attribution is None:
                 log.warning("the kernel trace recorded no GPU activity; attribution skipped (is CUPTI usable?)")
@@ -309,7 +324,7 @@ class DeviceStage:
                 self.builder.coverage = self._attribution.report
                 if self._attribution.truncated:
                     self.builder.extra["trace_truncated"] = True
-            tampered += list(traced.get("tampered") or [])
+            tampered += traced.tampered
         # Tampering rejects (KJ-R01) unless the job switched that rule off: then timing runs, and its own
         # evidence (the supervisor's clock) decides.
         rejected_for_tampering = bool(tampered) and not is_disabled(TAMPER_RULE, opts.policy.disabled_rules)
@@ -317,25 +332,25 @@ class DeviceStage:
             return self._finish(report, self._observations(report, tampered=tampered))
 
         # Still in the shared "compare" schedule: a compile never holds the GPU exclusively.
-        with self.builder.stage("compile_baseline"):
+        with self.builder.stage(Stage.compile_baseline):
             compile_missing = self._compile_baseline(entry)
         if not self._judge_healthy:
             self.builder.extra["timing_skipped"] = f"the judge is gone: {compile_missing}"
             return self._finish(report, self._observations(report, tampered=tampered))
 
-        notify(self.on_stage, "timing")
+        notify(self.on_stage, Stage.timing)
         timed = [entry.judge.pid, runner.session.process.pid]
-        with self.builder.stage("timing"), timing_cores(self.settings.cpu_plan(), timed):
+        with self.builder.stage(Stage.timing), timing_cores(self.settings.cpu_plan(), timed):
             try:
                 timing, observations = self._timing(entry, runner, report, tampered, compile_missing)
             except _ReferenceTimingFailure as wrapped:
                 # The reference already ran cleanly; dying or hanging now points at the candidate
                 # (GPU work it left running), so only its own errors are held against the reference.
                 self._judge_healthy = False
-                failure = wrapped.failure
-                if failure.kind in ("timeout", "crashed"):
-                    return self.builder.candidate_failure(failure, during="timing")
-                return self.builder.reference_failure(failure)
+                reference_failure = wrapped.failure
+                if reference_failure.kind in (FailureKind.timeout, FailureKind.crashed):
+                    return self.builder.candidate_failure(reference_failure, during="timing")
+                return self.builder.reference_failure(reference_failure)
             except UserFailure as failure:
                 return self.builder.candidate_failure(failure, during="timing")
         return self._finish(report, observations, timing)
@@ -345,7 +360,7 @@ class DeviceStage:
         self.builder.add_rules(runtime_rules(observations, self.options.policy))
         if observations.physics is not None:
             self.builder.extra["physics"] = observations.physics.report()
-        notify(self.on_stage, "reward")
+        notify(self.on_stage, Stage.reward)
         return self.builder.finish(correctness=report, timing=timing)
 
     def _record_environment(self, env: dict) -> None:
@@ -377,9 +392,9 @@ class DeviceStage:
         if off is not None:
             return off
         wait = self.options.reward_baseline == "compile" or self.settings.gpu_schedule is None
-        attached = compile_baseline.attach(self._baseline_key, self.prepared.request.reference, self.options,
-                                           self.settings, wait=wait,
-                                           release_device=lambda: notify(self.on_stage, BASELINE_WAIT_STAGE))
+        attached = compile_baseline.attach(
+            self._baseline_key, self.prepared.request.reference, self.options, self.settings, wait=wait,
+            release_device=lambda: notify(self.on_stage, Stage.compile_baseline_wait))
         self.builder.extra["compile_baseline"] = attached.extra()
         self._compile_record = attached.record if attached.missing is None else None
         return attached.missing
@@ -403,8 +418,8 @@ class DeviceStage:
                                                                        + variants.device_bytes)
         self.builder.extra["timing_variants"] = {"per_input_set": [count - 1 for count in variants.counts],
                                                  **({"skipped": variants.skipped} if variants.skipped else {})}
-        if PAYLOAD_KEY in variants.reply:
-            session.request("timing_variants", deadline, forward=variants.reply)
+        if variants.reply.payload is not None:
+            session.request(ApplyTimingVariants(payload=variants.reply.payload), VariantsApplied, deadline)
         reference_order, candidate_order = CallOrder(variants.counts, rng), CallOrder(variants.counts, rng)
         expected: list[tuple[int, int]] = []  # (input set, variant) of each output the candidate keeps
         labels: list[str] = []
@@ -428,8 +443,8 @@ class DeviceStage:
             order = candidate_order.next(warmup + runs)
             chosen = sorted(rng.sample(range(runs), min(keep, runs)))
             number = next(blocks)
-            reply, wall_s = session.timed_request("time", deadline, expect="timing", runs=runs, warmup=warmup,
-                                                  order=order, keep=chosen)
+            reply, wall_s = session.timed_request(Time(runs=runs, warmup=warmup, order=order, keep=chosen), Timing,
+                                                  deadline)
             for index in chosen:
                 expected.append(candidate_order.decode(order[warmup + index]))
                 labels.append(f"candidate block {number}, timed call {index + 1} of {runs}")
@@ -443,14 +458,14 @@ class DeviceStage:
         # Outside the measured window: one call per input set, each output kept for the judge (KJ-R02).
         pool_size = len(variants.counts)
         kept = candidate_block(pool_size, 0, pool_size)
-        snapshot = session.request("timed_outputs", deadline)
-        if PAYLOAD_KEY in snapshot:
+        snapshot = session.request(TimedOutputs(), TimedOutputsDone, deadline)
+        if snapshot.payload is not None:
             check = self._judge_call("re-checking timed outputs",
                                      lambda: judge.check_timed(snapshot, deadline, expected))
             ok, message = check.ok, check.message or _timed_evidence(check, expected, labels)
         else:
             ok, message = False, "timed run: the candidate sent no outputs"
-        tampered = [*tampered, *window.candidate_tampered, *kept.tampered, *(snapshot.get("tampered") or [])]
+        tampered = [*tampered, *window.candidate_tampered, *kept.tampered, *snapshot.tampered]
         clock = clock_check.check(window, opts.device.value)
         speedup, speedup_ci = window.speedup()
         cand_stats = window.candidate_stats

@@ -11,7 +11,16 @@ import logging
 import sys
 from pathlib import Path
 
-from ..models import Device, EvalOptions, EvalRequest, EvalResult, PolicyConfig, SandboxKind
+from ..models import (
+    DEFAULT_REWARD_BASELINE,
+    REWARD_BASELINES,
+    Device,
+    EvalOptions,
+    EvalRequest,
+    EvalResult,
+    PolicyConfig,
+    SandboxKind,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=[s.value for s in SandboxKind], default="bwrap",
                         help="'none' runs user code without isolation (debugging only)")
     parser.add_argument("--reward-preset", default="default")
-    parser.add_argument("--reward-baseline", choices=["eager", "compile"], default="eager",
+    parser.add_argument("--reward-baseline", choices=REWARD_BASELINES, default=DEFAULT_REWARD_BASELINE,
                         help="the speedup the reward uses: against the eager reference or torch.compile of it")
     parser.add_argument("--compile-baseline", action=argparse.BooleanOptionalAction, default=None,
                         help="also time torch.compile of the reference (default: on for cuda, off for cpu)")

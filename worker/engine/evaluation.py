@@ -19,6 +19,7 @@ from ..models import (
     Backend,
     Device,
     EnvironmentInfo,
+    ErrorKind,
     EvalRequest,
     EvalResult,
     EvalStatus,
@@ -31,6 +32,7 @@ from .prepared_job import notify as _notify
 from .result_builder import ResultBuilder
 from .sandbox import SandboxUnavailable
 from .settings import EngineSettings
+from .stage import Stage
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,8 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
     builder = ResultBuilder(options)
     builder.environment = EnvironmentInfo(device=options.device, sandbox=options.sandbox,
                                           hostname=socket.gethostname())
-    _notify(on_stage, "validate")
-    with builder.stage("validate"):
+    _notify(on_stage, Stage.validate)
+    with builder.stage(Stage.validate):
         try:
             validate.validate_reference(request.reference)
             validate.validate_candidate(request.candidate)
@@ -76,7 +78,7 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
     if builder.rejected:
         return builder.finish()
     if backend == Backend.cuda and options.device == Device.cpu:
-        return builder.fail(EvalStatus.invalid_input, "gpu_required",
+        return builder.fail(EvalStatus.invalid_input, ErrorKind.gpu_required,
                             "this candidate compiles CUDA C++ (load_inline), which needs a GPU: "
                             "submit it with device 'cuda' or send a Triton candidate for CPU mode")
     # Only the build reads files: runners get their sources and tensors over their pipes.
@@ -90,8 +92,8 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
         if options.device == Device.cuda:
             prepared.ext_dir = triton_cache.folder_for(settings.triton_cache, request.candidate)
         return prepared
-    _notify(on_stage, "build")
-    with builder.stage("build"):
+    _notify(on_stage, Stage.build)
+    with builder.stage(Stage.build):
         try:
             outcome = build.build_cuda_candidate(
                 workdir / "src_cand" / "candidate.py", request.candidate, settings=settings,
@@ -103,7 +105,7 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
             return builder.candidate_failure(failure, during="build")
         except SandboxUnavailable as exc:
             prepared.discard()
-            return builder.fail(EvalStatus.sandbox_error, "sandbox_unavailable", str(exc))
+            return builder.fail(EvalStatus.sandbox_error, ErrorKind.sandbox_unavailable, str(exc))
     builder.compiled = True
     builder.extra["build_cached"] = outcome.cached
     builder.extra["build"] = outcome.record.summary()  # {"path": fast|full, "reason", "seconds"}
@@ -118,10 +120,10 @@ def execute(prepared: PreparedJob, *, settings: EngineSettings | None = None,
     try:
         return DeviceStage(prepared, settings, on_stage).run()
     except SandboxUnavailable as exc:
-        return prepared.builder.fail(EvalStatus.sandbox_error, "sandbox_unavailable", str(exc))
+        return prepared.builder.fail(EvalStatus.sandbox_error, ErrorKind.sandbox_unavailable, str(exc))
     except Exception as exc:  # an engine bug: logged with context and reported, never hidden
         log.exception("evaluation failed inside the engine (workdir %s)", prepared.workdir)
-        return prepared.builder.fail(EvalStatus.sandbox_error, "internal_error",
+        return prepared.builder.fail(EvalStatus.sandbox_error, ErrorKind.internal_error,
                                      f"the evaluator failed internally ({type(exc).__name__}: {exc}); "
                                      "this is not the candidate's fault, please report it")
     finally:

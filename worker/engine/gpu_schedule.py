@@ -8,9 +8,9 @@ Memory is admitted by measurement: beside another job, a shared stage starts onl
 card's measured memory (gpu_monitor) is under MEMORY_ADMIT_SHARE.
 
 The service's pipeline moves each job's `DeviceLease` by the engine's stage notifications
-(`worker.engine.StageCallback`): "timing" takes the device exclusively, "reward" lets it go,
-any other device stage holds it shared, except the waits (REFERENCE_WAIT_STAGE, BASELINE_WAIT_STAGE),
-which hold nothing. Engine code that uses the device outside a job's stages takes the schedule
+(`worker.engine.StageCallback`, stage names in worker/engine/stage.py): `timing` takes the device
+exclusively, `reward` lets it go, any other device stage holds it shared, except the waits
+(`reference_wait`, `compile_baseline_wait`), which hold nothing. Engine code that uses the device outside a job's stages takes the schedule
 itself: a judge started ahead generates under `shared()`, the baseline worker compiles under
 `background()` and times under `exclusive()`; `exclusive()` is re-entrant in the thread holding
 it, so taking it inside a job's timing stage does not deadlock.
@@ -23,17 +23,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .stage import Stage
+
 # Waits inside a job's device stages that must not hold the device: for its problem's judge being
 # started ahead (judge_start), and for its problem's compile baseline (baseline_worker), both of which
 # need the device themselves.
-REFERENCE_WAIT_STAGE = "reference_wait"
-BASELINE_WAIT_STAGE = "compile_baseline_wait"
+REFERENCE_WAIT_STAGE = Stage.reference_wait
+BASELINE_WAIT_STAGE = Stage.compile_baseline_wait
 # Stages in which a job does not touch the device (the score is computed on the host; the waits above).
-HOST_ONLY_STAGES = frozenset({"reward", REFERENCE_WAIT_STAGE, BASELINE_WAIT_STAGE})
-EXCLUSIVE_STAGES = frozenset({"timing"})
+HOST_ONLY_STAGES = frozenset({Stage.reward, REFERENCE_WAIT_STAGE, BASELINE_WAIT_STAGE})
+EXCLUSIVE_STAGES = frozenset({Stage.timing})
 # From this stage on, every device stage of the job holds the device exclusively: the engine runs a job
 # again alone when it ran out of device memory while sharing it (worker/engine/device_stage.py).
-ALONE_STAGE = "alone"
+ALONE_STAGE = Stage.alone
 
 
 @dataclass(frozen=True)
@@ -173,14 +175,15 @@ class GpuSchedule:
 
 
 class DeviceLease:
-    """One job's hold on its device, moved by stage names; call `release()` when the job ends."""
+    """One job's hold on its device, moved by the job's stages; call `release()` when the job ends."""
 
     def __init__(self, schedule: GpuSchedule):
         self.schedule = schedule
         self.held: str | None = None  # None, "shared" or "exclusive"
         self.alone = False  # since ALONE_STAGE: no device stage is shared any more
 
-    def enter(self, stage: str) -> None:
+    def enter(self, stage: Stage | str) -> None:
+        stage = Stage(stage)  # a name that is no stage fails here, not as a shared hold by default
         self.alone = self.alone or stage == ALONE_STAGE
         if stage in EXCLUSIVE_STAGES or (self.alone and stage not in HOST_ONLY_STAGES):
             self._hold("exclusive")

@@ -13,12 +13,32 @@ candidate, serves one problem only, and is retired on the reference cache's sche
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..models import CorrectnessReport, Device, EvalOptions
 from . import physics
 from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from .sandbox import ResourceLimits
-from .sandbox.process import DEFAULT_MAX_PAYLOAD_BYTES, PAYLOAD_KEY
+from .sandbox.process import DEFAULT_MAX_PAYLOAD_BYTES
+from .sandbox_runtime.failure_kind import FailureKind
+from .sandbox_runtime.messages import (
+    CheckTimed,
+    Compare,
+    Compared,
+    Compile,
+    Compiled,
+    Generate,
+    Generated,
+    Inputs,
+    InputsDone,
+    MakeTimingVariants,
+    RunDone,
+    Time,
+    TimedChecked,
+    TimedOutputsDone,
+    Timing,
+    VariantsMade,
+)
 from .settings import EngineSettings
 from .timing_protocol import TimedBlock
 
@@ -39,8 +59,8 @@ class JudgeStartFailure(Exception):
 class GeneratedReference:
     """What the judge reports after running the reference (no tensors: they stay in the judge)."""
 
-    environment: dict
-    shape_info: dict
+    environment: dict[str, Any]
+    shape_info: dict[str, Any]
     perturbed_trials: list[int]
     truth_skipped: str | None
     output_bytes: int  # one trial's outputs
@@ -50,9 +70,9 @@ class GeneratedReference:
     device_bytes: int = 0  # what the judge says it holds on its device (its allocator's reserve)
     # Set when a trial's inputs and outputs were too large for all the trials asked for: kept, asked,
     # set_bytes, budget (judge_process.sized_trials).
-    trials_sized: dict | None = None
+    trials_sized: dict[str, Any] | None = None
     # What it measured for the physics rule (sandbox_runtime/physics.py, worker/engine/physics.py).
-    physics: dict = field(default_factory=dict)
+    physics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,7 +99,7 @@ class TimingVariants:
     """The judge's variants of the timing pool (sandbox_runtime/timing_variants.py): the reply that carries
     their changes to a candidate's runner, and how many variants each input set has (1: only itself)."""
 
-    reply: dict  # without tensors where no input set has a variant (nothing for the runner)
+    reply: VariantsMade  # without a payload where no input set has a variant (nothing for the runner)
     counts: list[int]
     device_bytes: int  # the reference's outputs for them, held by the judge
     skipped: str | None  # why there are none, where the judge made none
@@ -122,7 +142,7 @@ class JudgeSession:
     def pid(self) -> int | None:
         return self.session.process.pid
 
-    def start(self, seeds: dict, deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
+    def start(self, seeds: dict[str, Any], deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
         """Start, import the reference and run it on every input set (UserFailure: the reference's fault)."""
         self.launch(deadline)
         return self.generate(seeds, deadline, shape_max_bytes=shape_max_bytes)
@@ -139,36 +159,37 @@ class JudgeSession:
             raise JudgeStartFailure(failure) from failure
         self.session.load(self.reference, deadline)
 
-    def generate(self, seeds: dict, deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
-        """Run the reference on every input set and keep the outputs (device work)."""
+    def generate(self, seeds: dict[str, Any], deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
+        """Run the reference on every input set (`seeds`: reference_cache.new_seeds's) and keep the outputs
+        (device work)."""
         measures = physics.measures_wanted(self.options.device.value, self.session.environment.get("gpu_name"),
                                            self.settings)
-        reply = self.session.request("generate", deadline, shape_max_bytes=shape_max_bytes,
-                                     probe_max_bytes=self.probe_max_bytes, atol=self.options.atol,
-                                     rtol=self.options.rtol, physics_measures=measures,
-                                     trial_bytes_budget=self.settings.trial_bytes_budget, **seeds)
+        command = Generate(init_seed=seeds["init_seed"], trial_seeds=seeds["trial_seeds"],
+                           pool_seeds=seeds["pool_seeds"], shape_seeds=seeds.get("shape_seeds") or [],
+                           shape_max_bytes=shape_max_bytes, probe_max_bytes=self.probe_max_bytes,
+                           atol=self.options.atol, rtol=self.options.rtol, physics_measures=measures,
+                           trial_bytes_budget=self.settings.trial_bytes_budget)
+        reply = self.session.request(command, Generated, deadline)
         self.generated = GeneratedReference(
-            environment=self.session.environment, shape_info=dict(reply.get("shape_trial") or {}),
-            perturbed_trials=[int(i) for i in reply.get("perturbed_trials") or []],
-            truth_skipped=str(reply["truth_skipped"])[:500] if reply.get("truth_skipped") else None,
-            output_bytes=int(reply.get("output_bytes") or 0), reply_bytes=int(reply.get("reply_bytes") or 0),
-            input_bytes=int(reply.get("input_bytes") or 0), tampered=list(reply.get("tampered") or []),
-            trials_sized=dict(reply["trials_sized"]) if isinstance(reply.get("trials_sized"), dict) else None,
-            device_bytes=int(reply.get("device_bytes") or 0),
-            physics=reply["physics"] if isinstance(reply.get("physics"), dict) else {},
+            environment=self.session.environment, shape_info=reply.shape_trial,
+            perturbed_trials=reply.perturbed_trials,
+            truth_skipped=reply.truth_skipped[:500] if reply.truth_skipped else None,
+            output_bytes=reply.output_bytes, reply_bytes=reply.reply_bytes, input_bytes=reply.input_bytes,
+            tampered=reply.tampered, trials_sized=reply.trials_sized, device_bytes=reply.device_bytes,
+            physics=reply.physics,
         )
         self.session.process.max_payload_bytes = min(MAX_JUDGE_PAYLOAD_BYTES,
                                                      max(DEFAULT_MAX_PAYLOAD_BYTES, 2 * self.generated.input_bytes))
         return self.generated
 
-    def inputs(self, deadline: float) -> dict:
+    def inputs(self, deadline: float) -> InputsDone:
         """The input sets for one candidate, as a reply to forward (the bytes stay as they came)."""
-        reply = self.session.request("inputs", deadline)
-        if PAYLOAD_KEY not in reply:
-            raise UserFailure("protocol", "the judge sent no inputs")
+        reply = self.session.request(Inputs(), InputsDone, deadline)
+        if reply.payload is None:
+            raise UserFailure(FailureKind.protocol, "the judge sent no inputs")
         return reply
 
-    def compare(self, run_reply: dict, deadline: float, *, probe_check: bool = True) -> Comparison:
+    def compare(self, run_reply: RunDone, deadline: float, *, probe_check: bool = True) -> Comparison:
         """Compare a candidate's run reply (forwarded as it came: the judge checks shapes and dtypes
         against the reference's before it reads a byte of it). `probe_check`: the job's own switch
         (a cached judge serves jobs with other policies)."""
@@ -176,50 +197,50 @@ class JudgeSession:
         from .policy.registry import is_disabled
         from .verification import SHAPE_RULE
 
-        reply = self.session.request("compare", deadline, forward=run_reply, atol=opts.atol, rtol=opts.rtol,
-                                     shape_check=not is_disabled(SHAPE_RULE, opts.policy.disabled_rules),
-                                     shape_rule=SHAPE_RULE, probe_check=probe_check)
-        if reply.get("invalid"):
-            return Comparison(None, str(reply["invalid"])[:2000], [])
-        return Comparison(CorrectnessReport.model_validate(reply["report"]), None,
-                          [int(i) for i in reply.get("perturbed_trials") or []])
+        command = Compare(atol=opts.atol, rtol=opts.rtol,
+                          shape_check=not is_disabled(SHAPE_RULE, opts.policy.disabled_rules), shape_rule=SHAPE_RULE,
+                          probe_check=probe_check, payload=run_reply.payload)
+        reply = self.session.request(command, Compared, deadline)
+        if reply.invalid:
+            return Comparison(None, reply.invalid[:2000], [])
+        if reply.report is None:
+            raise UserFailure(FailureKind.protocol, "the judge's comparison holds neither a report nor why not")
+        return Comparison(CorrectnessReport.model_validate(reply.report), None, reply.perturbed_trials)
 
     def timing_variants(self, deadline: float, *, seed: int, count: int, max_bytes: int) -> TimingVariants:
         """The timing pool's variants (made by the judge on the first request, the same afterwards)."""
-        reply = self.session.request("timing_variants", deadline, seed=seed, count=count, max_bytes=max_bytes,
-                                     atol=self.options.atol, rtol=self.options.rtol)
-        counts = reply.get("counts")
-        if not isinstance(counts, list) or not all(type(c) is int and c >= 1 for c in counts) or (
-                PAYLOAD_KEY not in reply and any(c > 1 for c in counts)):
-            raise UserFailure("protocol", "the judge sent no timing variants")
-        skipped = reply.get("skipped")
-        return TimingVariants(reply, counts, int(reply.get("variant_bytes") or 0),
-                              str(skipped)[:500] if skipped else None, bool(reply.get("made")))
+        command = MakeTimingVariants(seed=seed, count=count, max_bytes=max_bytes, atol=self.options.atol,
+                                     rtol=self.options.rtol)
+        reply = self.session.request(command, VariantsMade, deadline)
+        counts = reply.counts
+        if not all(c >= 1 for c in counts) or (reply.payload is None and any(c > 1 for c in counts)):
+            raise UserFailure(FailureKind.protocol, "the judge sent no timing variants")
+        return TimingVariants(reply, counts, reply.variant_bytes, reply.skipped[:500] if reply.skipped else None,
+                              reply.made)
 
-    def check_timed(self, kept_reply: dict, deadline: float, expected: list[tuple[int, int]]) -> TimedCheck:
+    def check_timed(self, kept_reply: TimedOutputsDone, deadline: float, expected: list[tuple[int, int]]
+                    ) -> TimedCheck:
         """The outputs a candidate kept while timed, each against the reference's for the input set and
         variant `expected` says its call had."""
-        reply = self.session.request("check_timed", deadline, forward=kept_reply, atol=self.options.atol,
-                                     rtol=self.options.rtol, expected=[list(pair) for pair in expected])
-        wrong = [(int(index), str(message)[:1000]) for index, message in reply.get("wrong") or []]
-        replayed = reply.get("replayed")
-        return TimedCheck(bool(reply.get("ok")), reply.get("message"), wrong,
-                          int(replayed) if type(replayed) is int else None)
+        command = CheckTimed(expected=list(expected), atol=self.options.atol, rtol=self.options.rtol,
+                             payload=kept_reply.payload)
+        reply = self.session.request(command, TimedChecked, deadline)
+        wrong = [(index, message[:1000]) for index, message in reply.wrong]
+        return TimedCheck(reply.ok, reply.message, wrong, reply.replayed)
 
     def compile(self, deadline: float) -> CompileBaseline:
         """Compile the reference with torch.compile, once per judge (a later call reports the first)."""
-        reply = self.session.request("compile", deadline, atol=self.options.atol, rtol=self.options.rtol)
-        reason = reply.get("reason")
-        return CompileBaseline(available=bool(reply.get("ok")), reason=str(reason)[:1000] if reason else None,
-                               compile_s=float(reply.get("compile_s") or 0.0), compiles=int(reply.get("compiles") or 0))
+        reply = self.session.request(Compile(atol=self.options.atol, rtol=self.options.rtol), Compiled, deadline)
+        return CompileBaseline(available=reply.ok, reason=reply.reason[:1000] if reply.reason else None,
+                               compile_s=reply.compile_s, compiles=reply.compiles)
 
     def time(self, runs: int, warmup: int, deadline: float, *, compiled: bool = False, order: list[int] | None = None,
              keep: list[int] | None = None) -> TimedBlock:
         """One block of timed calls of the reference (or its compiled form), clocked by the supervisor;
         `order` and `keep` as for a candidate's block (sandbox_runtime/timer.time_model)."""
-        fields: dict = {"order": order, "keep": keep} if order is not None else {}
-        reply, wall_s = self.session.timed_request("time", deadline, expect="timing", runs=runs, warmup=warmup,
-                                                   compiled=compiled, **fields)
+        command = Time(runs=runs, warmup=warmup, order=order, keep=keep if order is not None else None,
+                       compiled=compiled)
+        reply, wall_s = self.session.timed_request(command, Timing, deadline)
         return TimedBlock.from_reply(reply, runs=runs, warmup=warmup, wall_s=wall_s)
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..models import SandboxKind
 from .gpu_arch import visible_devices_value
@@ -21,7 +22,9 @@ from .sandbox import (
 )
 from .sandbox.bwrap import gpu_device_nodes
 from .sandbox.process import PAYLOAD_KEY, MarkedLog
+from .sandbox_runtime.failure_kind import FailureKind
 from .sandbox_runtime.harness_output import USER_OUTPUT_MARK
+from .sandbox_runtime.messages import Command, ErrorReply, Load, Loaded, MessageError, Ready, Reply
 from .settings import EngineSettings
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "sandbox_runtime"
@@ -39,11 +42,36 @@ BOOT = ("import os, sys; sys.path.insert(0, os.path.dirname(os.environ['KJ_RUNTI
 
 @dataclass
 class UserFailure(Exception):
-    """The user code (or the sandbox around it) failed; `kind` says how."""
+    """The user code (or the sandbox around it) failed; `kind` says how (sandbox_runtime/failure_kind.py)."""
 
-    kind: str  # compile_error | runtime_error | invalid_output | timeout | crashed | protocol
+    kind: FailureKind
     message: str
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        self.kind = FailureKind(self.kind)  # a name of the supervisor's own that is no kind fails here
+
+
+R = TypeVar("R", bound=Reply)
+
+
+def reported_failure(message: dict[str, Any]) -> UserFailure:
+    """The failure a sandboxed process reported (an `error` reply), its kind read at the boundary: one that
+    is no FailureKind is a protocol failure, with what was reported in its message."""
+    error = ErrorReply.read(message)
+    return UserFailure(error.kind, error.message, error.detail)
+
+
+def read_reply(message: dict[str, Any], reply: type[R]) -> R:
+    """A runner's reply (as SandboxProcess.receive gives it, its payload's bytes under PAYLOAD_KEY) read into
+    the class expected: its `error` reply raised as its failure, anything else that is not one a protocol
+    failure."""
+    if message.get("event") == "error":
+        raise reported_failure(message)
+    try:
+        return reply.decode(message, message.get(PAYLOAD_KEY))
+    except MessageError as exc:
+        raise UserFailure(FailureKind.protocol, f"unexpected reply (expected {_named(reply)}): {exc}") from None
 
 
 @dataclass
@@ -137,7 +165,8 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
 
 
 class RunnerSession:
-    """A started runner: send an operation, get its reply, errors turned into UserFailure."""
+    """A started runner: send a command, read its reply (sandbox_runtime/messages.py), errors and anything
+    that is not the reply expected turned into UserFailure."""
 
     def __init__(self, config: RunnerConfig, settings: EngineSettings, limits: ResourceLimits) -> None:
         self.config = config
@@ -145,7 +174,7 @@ class RunnerSession:
         self.process = SandboxProcess(spec, [sys.executable, "-I", "-c", BOOT],
                                       name=f"{config.role}-{config.mode}",
                                       use_bwrap=config.sandbox == SandboxKind.bwrap, log_mark=USER_OUTPUT_MARK)
-        self.environment: dict = {}
+        self.environment: dict[str, Any] = {}
 
     def __enter__(self) -> RunnerSession:
         self.process.start()
@@ -154,50 +183,43 @@ class RunnerSession:
     def __exit__(self, *exc_info) -> None:
         self.process.close(grace_s=2.0 if exc_info[0] is None else 0.0)
 
-    def wait_ready(self, deadline: float) -> dict:
-        message = self._expect(("ready",), deadline)
-        self.environment = message.get("environment") or {}
-        return message
+    def wait_ready(self, deadline: float) -> Ready:
+        ready = self._expect(Ready, deadline)
+        self.environment = ready.environment
+        return ready
 
     def load(self, source: str, deadline: float, *, cpu_s: int | None = None) -> None:
         """Import the module this runner serves (once; a runner never loads a second one)."""
-        self.request("load", deadline, expect="loaded", source=source, cpu_s=cpu_s)
+        self.request(Load(source=source, cpu_s=cpu_s), Loaded, deadline)
 
-    def request(self, op: str, deadline: float, expect: str = "done", forward: dict | None = None,
-                **fields) -> dict:
-        """Send one operation and wait for its reply. `forward`: a reply from another runner whose
-        tensors go along (their description and bytes, passed on as they came)."""
-        payload = None
-        if forward is not None and PAYLOAD_KEY in forward:
-            fields["payload"] = forward["payload"]
-            fields["payload_bytes"] = forward["payload_bytes"]
-            payload = forward[PAYLOAD_KEY]
+    def request(self, command: Command, reply: type[R], deadline: float) -> R:
+        """Send one command and read its reply, which must be a `reply`. A command's payload (tensors
+        another runner sent, as they came) goes along."""
+        carried = command.carried
+        data = carried.data if carried is not None else None
+        if carried is not None and carried.nbytes and data is None:
+            raise ValueError(f"{command.NAME!r} announces {carried.nbytes} payload bytes and holds none")
         try:
-            self.process.send({"op": op, **fields}, payload=payload)
+            self.process.send(command.to_message(), payload=data)
         except (BrokenPipeError, OSError):
             pass  # the child is gone; _expect reports how it ended
-        return self._expect((expect,), deadline)
+        return self._expect(reply, deadline)
 
-    def timed_request(self, op: str, deadline: float, expect: str = "done", **fields) -> tuple[dict, float]:
+    def timed_request(self, command: Command, reply: type[R], deadline: float) -> tuple[R, float]:
         """`request`, and the supervisor's own clock around it in seconds: from just before the command
         is written to when the reply's last byte was read."""
         sent = time.monotonic()
-        reply = self.request(op, deadline, expect, **fields)
-        return reply, self.process.received_at - sent
+        answer = self.request(command, reply, deadline)
+        return answer, self.process.received_at - sent
 
-    def _expect(self, events: tuple[str, ...], deadline: float) -> dict:
+    def _expect(self, reply: type[R], deadline: float) -> R:
         try:
             message = self.process.receive(deadline - time.monotonic())
         except SandboxTimeout as exc:
-            raise UserFailure("timeout", str(exc)) from None
+            raise UserFailure(FailureKind.timeout, str(exc)) from None
         except SandboxExited as exc:
-            raise UserFailure("crashed", exc.describe(), exc.detail) from None
-        if message.get("event") == "error":
-            raise UserFailure(str(message.get("kind", "runtime_error")), str(message.get("message", "")),
-                              str(message.get("detail", "")))
-        if message.get("event") not in events:
-            raise UserFailure("protocol", f"unexpected reply {message.get('event')!r}, expected {events}")
-        return message
+            raise UserFailure(FailureKind.crashed, exc.describe(), exc.detail) from None
+        return read_reply(message, reply)
 
     def logs(self) -> str:
         """The loaded module's own output (stdout, then stderr): nothing the runner printed before
@@ -206,3 +228,8 @@ class RunnerSession:
         assert all(isinstance(stream, MarkedLog) for stream in streams)
         parts = (stream.after_mark().strip() for stream in streams)  # type: ignore[union-attr]
         return "\n".join(part for part in parts if part)
+
+
+def _named(reply: type[Reply]) -> str:
+    op = getattr(reply, "OP", None)
+    return f"{reply.NAME!r} for {op!r}" if op else repr(reply.NAME)

@@ -52,9 +52,11 @@ class DeviceMemory:
 def gpu_memory(gpu_index: int | None) -> DeviceMemory | None:
     """Total and free memory of one GPU (the first one when no index is given); None without nvidia-smi."""
     rows = _smi(f"--id={gpu_index if gpu_index is not None else 0}", "--query-gpu=memory.total,memory.free")
+    if not rows:
+        return None
     try:
-        total, free = rows[0][:2] if rows else (None, None)
-        return DeviceMemory(int(float(total)) * MIB, int(float(free)) * MIB) if total is not None else None
+        total, free = rows[0][:2]
+        return DeviceMemory(int(float(total)) * MIB, int(float(free)) * MIB)
     except (ValueError, IndexError):
         return None
 

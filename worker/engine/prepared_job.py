@@ -9,10 +9,11 @@ from pathlib import Path
 
 from ..models import Backend, EvalRequest
 from .result_builder import ResultBuilder
+from .stage import Stage
 
-# Called with the name of each stage as it starts: validate, build, reference, candidate,
-# compare, timing, reward. The service uses it to move a job from `building` to `running`.
-StageCallback = Callable[[str], None]
+# Called with each stage as it starts (stage.Stage: validate, build, reference, candidate, compare,
+# timing, reward, and the waits). The service uses it to move a job from `building` to `running`.
+StageCallback = Callable[[Stage], None]
 
 
 @dataclass
@@ -29,6 +30,6 @@ class PreparedJob:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def notify(on_stage: StageCallback | None, stage: str) -> None:
+def notify(on_stage: StageCallback | None, stage: Stage) -> None:
     if on_stage is not None:
         on_stage(stage)

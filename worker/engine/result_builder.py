@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..models import (
@@ -12,6 +13,7 @@ from ..models import (
     CoverageReport,
     EnvironmentInfo,
     ErrorInfo,
+    ErrorKind,
     EvalOptions,
     EvalResult,
     EvalStatus,
@@ -20,28 +22,40 @@ from ..models import (
 )
 from . import reward
 from .launch import UserFailure
+from .sandbox_runtime.failure_kind import FailureKind
+from .stage import Stage
 
 MAX_CANDIDATE_LOG = 8000
 
 # How a candidate failure kind maps to the verdict's status.
 CANDIDATE_STATUS = {
-    "compile_error": EvalStatus.compile_error,
-    "runtime_error": EvalStatus.runtime_error,
-    "invalid_output": EvalStatus.incorrect,
-    "timeout": EvalStatus.timeout,
-    "crashed": EvalStatus.runtime_error,
-    "protocol": EvalStatus.runtime_error,
-    "out_of_memory": EvalStatus.runtime_error,
+    FailureKind.compile_error: EvalStatus.compile_error,
+    FailureKind.runtime_error: EvalStatus.runtime_error,
+    FailureKind.invalid_output: EvalStatus.incorrect,
+    FailureKind.timeout: EvalStatus.timeout,
+    FailureKind.crashed: EvalStatus.runtime_error,
+    FailureKind.protocol: EvalStatus.runtime_error,
+    FailureKind.out_of_memory: EvalStatus.runtime_error,
 }
 HINTS = {
-    "compile_error": "fix the compiler errors shown in log_excerpt",
-    "runtime_error": "the traceback is in log_excerpt",
-    "invalid_output": "forward must return a plain torch.Tensor or a tuple of them",
-    "timeout": "the candidate ran past its time limit and was killed with all its processes",
-    "crashed": "the process died without reporting (os._exit, a signal, or running out of memory)",
-    "protocol": "the candidate wrote to the evaluator's reply channel",
-    "out_of_memory": "it ran out of device memory with no other job's stage running beside it: allocate less",
+    FailureKind.compile_error: "fix the compiler errors shown in log_excerpt",
+    FailureKind.runtime_error: "the traceback is in log_excerpt",
+    FailureKind.invalid_output: "forward must return a plain torch.Tensor or a tuple of them",
+    FailureKind.timeout: "the candidate ran past its time limit and was killed with all its processes",
+    FailureKind.crashed: "the process died without reporting (os._exit, a signal, or running out of memory)",
+    FailureKind.protocol: "the candidate wrote to the evaluator's reply channel",
+    FailureKind.out_of_memory: "it ran out of device memory with no other job's stage running beside it: allocate less",
 }
+
+
+def candidate_error_kind(kind: FailureKind) -> ErrorKind:
+    """A candidate's failure as its result's `error.kind`: the same name."""
+    return ErrorKind(kind.value)
+
+
+def reference_error_kind(kind: FailureKind) -> ErrorKind:
+    """The reference's failure as the result's `error.kind`: `reference_` and its name."""
+    return ErrorKind(f"reference_{kind.value}")
 
 
 class ResultBuilder:
@@ -59,7 +73,9 @@ class ResultBuilder:
         self.coverage: CoverageReport | None = None
 
     @contextmanager
-    def stage(self, name: str):
+    def stage(self, stage: Stage) -> Iterator[None]:
+        """Time a stage: its seconds add up in the result's `stages`, under the stage's name."""
+        name = Stage(stage).value
         start = time.monotonic()
         try:
             yield
@@ -84,30 +100,31 @@ class ResultBuilder:
         self.candidate_log = text or None
 
     # -- failures ---------------------------------------------------------------------
-    def fail(self, status: EvalStatus, kind: str, message: str, *, line: int | None = None,
+    def fail(self, status: EvalStatus, kind: ErrorKind, message: str, *, line: int | None = None,
              log_excerpt: str | None = None) -> EvalResult:
         self.status = status
         self.error = ErrorInfo(kind=kind, message=message, line=line, log_excerpt=log_excerpt or None)
         return self.finish()
 
     def candidate_failure(self, failure: UserFailure, *, during: str) -> EvalResult:
-        status = CANDIDATE_STATUS.get(failure.kind, EvalStatus.runtime_error)
+        status = CANDIDATE_STATUS[failure.kind]
         if status == EvalStatus.compile_error:
             self.compiled = False
         elif during != "build" and self.backend != Backend.cuda:
             self.compiled = True  # Triton kernels compile at first launch
         message = f"candidate {during}: {failure.message}"
-        if failure.kind == "timeout":
+        if failure.kind == FailureKind.timeout:
             # The sandbox only knows the time left when it started waiting; the user set the stage's limit.
             name = "build_s" if during == "build" else "timing_s" if during == "timing" else "run_s"
             message += f"; the stage's limit is {getattr(self.options.limits, name):g}s (options.limits.{name})"
         hint = HINTS.get(failure.kind)
         if hint:
             message = f"{message} ({hint})"
-        return self.fail(status, failure.kind, message, log_excerpt=failure.detail[-4000:] or None)
+        return self.fail(status, candidate_error_kind(failure.kind), message,
+                         log_excerpt=failure.detail[-4000:] or None)
 
     def reference_failure(self, failure: UserFailure) -> EvalResult:
-        return self.fail(EvalStatus.invalid_input, f"reference_{failure.kind}",
+        return self.fail(EvalStatus.invalid_input, reference_error_kind(failure.kind),
                          f"the reference failed, so nothing can be judged: {failure.message}",
                          log_excerpt=failure.detail[-4000:] or None)
 
@@ -122,7 +139,7 @@ class ResultBuilder:
             status = EvalStatus.ok if correct else EvalStatus.incorrect
         if status == EvalStatus.rejected and self.error is None:
             first = next(hit for hit in self.rules if hit.severity == "reject")
-            self.error = ErrorInfo(kind="rejected", message=f"{first.rule}: {first.message}", line=first.line,
+            self.error = ErrorInfo(kind=ErrorKind.rejected, message=f"{first.rule}: {first.message}", line=first.line,
                                    log_excerpt=first.evidence)
         speedup = timing.speedup if (timing and correct) else None
         compile_speedup = timing.compile_speedup if (timing and correct) else None

@@ -36,9 +36,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+from ..models import RewardBaseline
+
 NO_VERDICT_REWARD = 0.0
 COMPONENT_NAMES = ("format", "compiled", "correct", "speedup", "coverage", "compile_speedup")
-BASELINES = ("eager", "compile")
 
 
 def _default(c: Mapping[str, float]) -> float:
@@ -121,7 +122,7 @@ def components(
     }
 
 
-def reward_speedup(baseline: str, eager: float | None, compiled: float | None,
+def reward_speedup(baseline: RewardBaseline, eager: float | None, compiled: float | None,
                    compile_missing: str | None = None) -> tuple[float | None, dict | None]:
     """The speedup the reward uses for `baseline`, and a note when the compile baseline was asked for
     but there is none (the eager speedup stands in: a candidate is not scored down for a reference

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from ..models import EvalOptions, TimingStats
 from . import timing_stats
 from .launch import UserFailure
+from .sandbox_runtime.failure_kind import FailureKind
+from .sandbox_runtime.messages import Timing
 
 CALIBRATION_RUNS = 5
 CALIBRATION_WARMUP = 3
@@ -55,15 +57,12 @@ class TimedBlock:
     tampered: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_reply(cls, reply: dict, *, runs: int, warmup: int, wall_s: float) -> TimedBlock:
-        samples = reply.get("device_ms")
-        valid = isinstance(samples, list) and len(samples) == runs and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-            for x in samples)
-        if not valid:
+    def from_reply(cls, reply: Timing, *, runs: int, warmup: int, wall_s: float) -> TimedBlock:
+        samples = reply.device_ms
+        if len(samples) != runs or not all(math.isfinite(x) and x > 0 for x in samples):
             # No call takes no time (a device event pair alone measures microseconds): zero is a forgery.
-            raise UserFailure("protocol", f"timing reply does not hold {runs} finite, positive samples")
-        return cls([float(x) for x in samples], warmup, wall_s, [str(t) for t in reply.get("tampered") or []])
+            raise UserFailure(FailureKind.protocol, f"timing reply does not hold {runs} finite, positive samples")
+        return cls(list(samples), warmup, wall_s, list(reply.tampered))
 
     @property
     def calls(self) -> int:

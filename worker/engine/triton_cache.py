@@ -23,10 +23,11 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TypeGuard
 
 from .baselines import package_version
 from .cuda_build import ext_tree
-from .sandbox.process import PAYLOAD_KEY
+from .sandbox_runtime.messages import TritonCacheDone
 
 log = logging.getLogger(__name__)
 
@@ -52,28 +53,29 @@ def is_candidate_folder(root: Path, folder: Path) -> bool:
         return False
 
 
-def wanted(folder: Path | None) -> bool:
+def wanted(folder: Path | None) -> TypeGuard[Path]:
     """Whether a runner of the candidate with this folder should send its compiled kernels back."""
     return folder is not None and not (folder / CACHE_DIR_NAME).exists()
 
 
-def publish(root: Path, folder: Path, reply: dict) -> bool:
+def publish(root: Path, folder: Path, reply: TritonCacheDone) -> bool:
     """A runner's `triton_cache` reply into the candidate's folder, if that has no cache yet."""
-    files, data = reply.get("files"), reply.get(PAYLOAD_KEY) or b""
+    files, data = reply.files, (reply.payload.data if reply.payload is not None else None) or b""
     target = folder / CACHE_DIR_NAME
     if not files or not is_candidate_folder(root, folder) or target.exists():
         return False
     staging = Path(tempfile.mkdtemp(prefix=".publish-", dir=folder))
+    published = False
     try:
         ext_tree.unpack(files, data, staging)
         # mkdtemp makes it 0700: the later runners that copy it in run as unprivileged sandbox uids.
         os.chmod(staging, 0o755)
         os.rename(staging, target)  # atomic: readers see all of it or none; a second publisher loses
-        staging = None
+        published = True
         return True
     except (ext_tree.BadTree, OSError) as exc:
         log.info("a runner's Triton cache was not kept: %s", exc)
         return False
     finally:
-        if staging is not None:
+        if not published:
             shutil.rmtree(staging, ignore_errors=True)

@@ -5,27 +5,29 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from ..models import ErrorKind
+
 
 @dataclass
 class SourceProblem(Exception):
-    kind: str
+    kind: ErrorKind
     message: str
     line: int | None = None
 
 
 def _parse(source: str, role: str) -> ast.Module:
     if not source.strip():
-        raise SourceProblem("empty_source", f"the {role} source is empty")
+        raise SourceProblem(ErrorKind.empty_source, f"the {role} source is empty")
     try:
         return ast.parse(source, filename=f"<{role}>")
     except SyntaxError as exc:
         raise SourceProblem(
-            "syntax_error",
+            ErrorKind.syntax_error,
             f"the {role} has a syntax error at line {exc.lineno}: {exc.msg}",
             exc.lineno,
         ) from None
     except ValueError as exc:  # e.g. null bytes
-        raise SourceProblem("syntax_error", f"the {role} cannot be parsed: {exc}") from None
+        raise SourceProblem(ErrorKind.syntax_error, f"the {role} cannot be parsed: {exc}") from None
 
 
 def _top_level(tree: ast.Module) -> dict[str, ast.AST]:
@@ -40,13 +42,13 @@ def _top_level(tree: ast.Module) -> dict[str, ast.AST]:
     return names
 
 
-def _require(names: dict[str, ast.AST], name: str, kind: type, role: str, what: str) -> None:
+def _require(names: dict[str, ast.AST], name: str, kind: type | tuple[type, ...], role: str, what: str) -> None:
     node = names.get(name)
     if node is None:
-        raise SourceProblem("missing_name", f"the {role} does not define {what} `{name}` at module level")
+        raise SourceProblem(ErrorKind.missing_name, f"the {role} does not define {what} `{name}` at module level")
     if not isinstance(node, kind) and not isinstance(node, ast.Assign):
         raise SourceProblem(
-            "wrong_type", f"`{name}` in the {role} must be {what}", getattr(node, "lineno", None)
+            ErrorKind.wrong_type, f"`{name}` in the {role} must be {what}", getattr(node, "lineno", None)
         )
 
 

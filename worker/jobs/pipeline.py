@@ -532,7 +532,7 @@ class JobPipeline:
     """Device lanes of one process, with the prepare threads they share."""
 
     def __init__(self, store: JobStore, identities: list[WorkerIdentity], config: PipelineConfig | None = None,
-                 *, engine: EngineCalls | None = None, on_finished: Callable[[Job], None] | None = None,
+                 *, engine: EngineCalls | None = None, on_finished: Callable[[Job], object] | None = None,
                  settings_factory: Callable = engine_settings_for):
         self.store = store
         self.config = config or PipelineConfig.from_env()

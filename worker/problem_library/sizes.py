@@ -18,8 +18,7 @@ def _int_constants(tree: ast.Module) -> dict[str, list[ast.Constant]]:
             target, value = node.target, node.value
         else:
             continue
-        is_int = isinstance(value, ast.Constant) and type(value.value) is int
-        if isinstance(target, ast.Name) and is_int:
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant) and type(value.value) is int:
             found.setdefault(target.id, []).append(value)
     return found
 

@@ -190,7 +190,7 @@ def _build(directory: Path, toolchain: Toolchain, pch: HostPch, main_text: str, 
                 "-c", device_source.name, "-o", "cuda_dev.o", *plan.cuda_post_cflags]
 
     targets = [MAIN_OBJECT, CUDA_OBJECT] + ([plan.library] if link_cuda_libraries else [])
-    device_job = None
+    device_job: _Job | None = None
     if not split.has_template_kernels:
         device_source.write_text(split.device)
         device_job = _Job("device", device_command(split.device_pre_includes), work)
@@ -221,9 +221,9 @@ def _build(directory: Path, toolchain: Toolchain, pch: HostPch, main_text: str, 
             device_job = _Job("device", device_command(pre_includes), work)
         device_job.finish(report)
     finally:
-        for job in (*host_jobs, device_job):
-            if job is not None and job.process.poll() is None:
-                job.process.kill()
+        for leftover in (*host_jobs, device_job):
+            if leftover is not None and leftover.process.poll() is None:
+                leftover.process.kill()
     link_started = time.monotonic()
     # main.o and cuda.cuda.o are only ever linked together: a merged unit's object stands for main.o, and
     # cuda.cuda.o is then the device half alone.

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from .toolchain import Toolchain
 from .torch_support import point_torch_at, support_env
@@ -94,7 +95,8 @@ def pch_mismatch(root: Path, cflags: list[str], compiler: str, torch_version: st
             found.append("same flags in another order")
         return found
 
-    return "; ".join(min((differences(key) for key in keys), key=len))
+    closest = min((differences(key) for key in keys), key=len)
+    return "; ".join(closest)
 
 
 def torch_cflags(toolchain: Toolchain, extra_cflags: list[str]) -> list[str]:
@@ -119,14 +121,14 @@ def ensure_pchs(root: Path, toolchain: Toolchain, torch_version: str,
     """Build the missing headers (in parallel); returns `root`, to mount read-only into builds."""
     root.mkdir(parents=True, exist_ok=True)
     compiler = compiler_identity(toolchain)
-    pending: list[tuple[Path, subprocess.Popen, object]] = []
+    pending: list[tuple[Path, subprocess.Popen, TextIO]] = []
     for variant in variants:
         flags = pch_flags(torch_cflags(toolchain, list(variant)))
         directory = root / pch_key(flags, compiler, torch_version)
         if (directory / READY).exists():
             continue
         directory.mkdir(exist_ok=True)
-        lock = open(directory / ".lock", "w")  # noqa: SIM115 - held until that compile finishes
+        lock: TextIO = open(directory / ".lock", "w")  # noqa: SIM115 - held until that compile finishes
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (directory / READY).exists():
             lock.close()

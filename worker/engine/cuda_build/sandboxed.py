@@ -4,9 +4,9 @@ it asks for through the fast path, or the full ninja build when the fast path de
 torch's load_inline writes main.cpp, cuda.cu and build.ninja, then calls _run_ninja_build: that one
 call is replaced, so names, directories and files stay exactly torch's. Environment: KJ_SOURCE,
 KJ_MSG_FD, TORCH_EXTENSIONS_DIR, KJ_PCH_ROOT, KJ_BUILD_PATH (auto | full).
-Replies one JSON line: {"event": "built", "extensions": [...], "files": [...]} followed by the built
-files' bytes (ext_tree: TORCH_EXTENSIONS_DIR is a size-capped tmpfs, and the supervisor writes the
-cache entry itself), or {"event": "error", ...}.
+Replies one JSON line (sandbox_runtime/messages.py): Built, followed by the built files' bytes
+(ext_tree: TORCH_EXTENSIONS_DIR is a size-capped tmpfs, and the supervisor writes the cache entry
+itself), or an ErrorReply with the extensions and the line map beside it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from pathlib import Path
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
+from sandbox_runtime.failure_kind import FailureKind
 from sandbox_runtime.file_tree import pack as pack_tree  # mounted for builds too (worker/engine/build.py)
+from sandbox_runtime.messages import Built, ErrorReply
 
 from .fast import CompileFailed, build_fast, link_for_abi_check
 from .ninja_state import CUDA_OBJECT, MAIN_OBJECT, NinjaStateRejected, TorchBuildPlan
@@ -132,6 +134,8 @@ def abi_check(directory: Path, toolchain: Toolchain) -> str:
     except CompileFailed as exc:
         return f"link failed: {exc.log[-400:]}"
     spec = importlib.util.spec_from_file_location(library.stem, library)
+    if spec is None or spec.loader is None:
+        return f"no loader for {library.name}"
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -170,32 +174,35 @@ def main() -> int:
 
     cpp_extension._run_ninja_build = run_ninja_build
     cpp_extension.load_inline = _capture_sources(session)
-    reply: dict = {"event": "built"}
+    error: ErrorReply | None = None
     try:
         spec = importlib.util.spec_from_file_location("kj_candidate", source_path)
+        assert spec is not None and spec.loader is not None  # a .py file's path always has a loader
         module = importlib.util.module_from_spec(spec)
         sys.modules["kj_candidate"] = module
         spec.loader.exec_module(module)
         if not hasattr(module, "ModelNew"):
-            reply = {"event": "error", "kind": "runtime_error",
-                     "message": "the module does not define ModelNew after import"}
+            error = ErrorReply(FailureKind.runtime_error, "the module does not define ModelNew after import")
     except ObjectsOnly:
         pass  # CPU torch: the full build stops at the objects
     except BaseException as exc:  # noqa: BLE001 - user code may raise anything
         text = str(exc)
         detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:]
         if BUILD_FAILURE_PREFIX in text or "Error compiling objects" in text:
-            reply = {"event": "error", "kind": "compile_error", "message": f"build failed: {text[:20000]}"}
+            error = ErrorReply(FailureKind.compile_error, f"build failed: {text[:20000]}")
         elif session.builds and not cuda_torch:
             pass  # the import goes on to use the extension, which a CPU torch cannot run
         else:
-            reply = {"event": "error", "kind": "runtime_error",
-                     "message": f"{type(exc).__name__} while importing the module: {text[:2000]}", "detail": detail}
-    reply["extensions"] = [asdict(build) for build in session.builds]
-    reply["line_map"] = session.source_map.to_json()
+            error = ErrorReply(FailureKind.runtime_error,
+                               f"{type(exc).__name__} while importing the module: {text[:2000]}", detail)
+    extensions = [asdict(build) for build in session.builds]
+    line_map = session.source_map.to_json()
     payload = b""
-    if reply["event"] == "built":
-        reply["files"], payload = pack_tree(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
+    if error is not None:
+        reply = {**error.to_message(), "extensions": extensions, "line_map": line_map}
+    else:
+        files, payload = pack_tree(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
+        reply = Built(extensions=extensions, line_map=line_map, files=files).to_message()
         if payload:
             reply["payload_bytes"] = len(payload)
     channel.write((json.dumps(reply) + "\n").encode())

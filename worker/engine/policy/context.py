@@ -82,7 +82,7 @@ def match_name(name: str, table: Iterable[NameRule]) -> NameRule | None:
 def name_findings(ctx: PolicyContext, table: list[NameRule], scope: Iterable[ast.AST] | None = None
                   ) -> Iterator[Finding]:
     """Findings for imports and name uses matching `table`, across the module or within `scope`."""
-    roots = [ctx.facts.tree] if scope is None else list(scope)
+    roots: list[ast.AST] = [ctx.facts.tree] if scope is None else list(scope)
     for root in roots:
         for node in ast.walk(root):
             if isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"}
 # `from numba import cuda` makes `cuda.jit` this name; `@cuda.jit(device=True)` is a device function.
@@ -134,7 +135,7 @@ class CandidateFacts:
         text = " ".join(text.split())
         return text if len(text) <= limit else text[: limit - 3] + "..."
 
-    def is_self_attr(self, node: ast.AST, attrs: set[str] | None = None) -> bool:
+    def is_self_attr(self, node: ast.AST, attrs: set[str] | None = None) -> TypeGuard[ast.Attribute]:
         return (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
@@ -147,17 +148,17 @@ class CandidateFacts:
             return node.id in self.extension_names
         return self.is_self_attr(node, self.extension_attrs)
 
-    def is_load_inline(self, node: ast.AST) -> bool:
+    def is_load_inline(self, node: ast.AST) -> TypeGuard[ast.Call]:
         if not isinstance(node, ast.Call):
             return False
         name = self.qualname(node.func) or ""
         return name == LOAD_INLINE or name.endswith(".load_inline") or name == "load_inline"
 
     def enclosing_function(self, node: ast.AST) -> ast.AST | None:
-        node = self.parents.get(node)
-        while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            node = self.parents.get(node)
-        return node
+        parent = self.parents.get(node)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            parent = self.parents.get(parent)
+        return parent
 
     def reachable_nodes(self):
         """Every node inside the forward-reachable functions (each node once)."""
@@ -228,11 +229,11 @@ def _collect_kernels(facts: CandidateFacts) -> None:
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             # kernel = triton.jit(fn), kernel = cuda.jit(fn)
             name = facts.qualname(node.value.func)
-            kernels = (facts.triton_kernels if name in TRITON_DECORATORS
+            kernels: dict[str, ast.AST] | None = (facts.triton_kernels if name in TRITON_DECORATORS
                        else facts.numba_kernels if name in NUMBA_DECORATORS and node.value.args
                        and not _is_device_function(node.value) else None)
-            for target in node.targets if kernels is not None else ():
-                if isinstance(target, ast.Name):
+            for target in node.targets if kernels is not None else []:
+                if kernels is not None and isinstance(target, ast.Name):
                     kernels[target.id] = node
         if facts.is_load_inline(node):
             facts.load_inline_calls.append(node)

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from .context import NameRule, PolicyContext, name_findings, resolved_name
-from .pyfacts import decorator_name
+from .pyfacts import CandidateFacts, decorator_name
 from .registry import Finding
 from .vocab import ALLOCATION_CALLS
 
@@ -23,7 +23,7 @@ STREAM_HANDLES = frozenset({"torch.cuda.Stream", "torch.cuda.Event", "torch.Stre
                             "torch.cuda.current_stream", "torch.cuda.default_stream"})
 
 
-def _self_attr_root(facts, node: ast.AST) -> str | None:
+def _self_attr_root(facts: CandidateFacts, node: ast.AST) -> str | None:
     """`self.X` for targets like self.X, self.X[k], self.X.y."""
     while isinstance(node, (ast.Subscript, ast.Attribute)):
         if facts.is_self_attr(node):

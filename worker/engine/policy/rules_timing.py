@@ -80,7 +80,7 @@ def _env_writes(ctx: PolicyContext, include_build_vars: bool) -> Iterator[Findin
     allowed = set() if include_build_vars else BUILD_ENV_VARS
     facts = ctx.facts
     for node in ast.walk(facts.tree):
-        targets: list[ast.AST] = []
+        targets: list[ast.expr] = []
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         elif isinstance(node, ast.Delete):
@@ -89,7 +89,8 @@ def _env_writes(ctx: PolicyContext, include_build_vars: bool) -> Iterator[Findin
             if isinstance(target, ast.Subscript) and resolved_name(ctx, target.value) == "os.environ":
                 key = target.slice.value if isinstance(target.slice, ast.Constant) else None
                 if key not in allowed:
-                    yield ctx.finding("KJ307-env-write", f"sets the environment variable {key or '(computed)'}", node)
+                    yield ctx.finding("KJ307-env-write", f"sets the environment variable {str(key or '(computed)')}",
+                                      node)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             owner = resolved_name(ctx, node.func.value)
             if owner == "os.environ" and node.func.attr in ("update", "setdefault", "pop", "clear", "__setitem__"):
@@ -103,7 +104,7 @@ def detect_monkeypatching(ctx: PolicyContext) -> Iterator[Finding]:
     """Assignments to attributes of imported modules, setattr on them, and sys.modules edits."""
     facts, rule = ctx.facts, "KJ303-monkeypatch"
     for node in ast.walk(facts.tree):
-        targets: list[ast.AST] = []
+        targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = node.targets
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):

@@ -298,7 +298,7 @@ def _cap_memory(identity: SandboxIdentity, memory_bytes: int) -> None:
     # One hierarchy (cgroup v2, or v1 with pids and memory mounted together): one cgroup for both caps,
     # since a process is in one cgroup per hierarchy.
     shared = identity.cgroup is not None and identity.cgroup.parent == parent
-    group = identity.cgroup if shared else parent / _group_name()
+    group = identity.cgroup if identity.cgroup is not None and shared else parent / _group_name()
     made = False
     try:
         if not shared:

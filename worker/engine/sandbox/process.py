@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..process_tree import StoppedTree
+from ..sandbox_runtime.messages import Exit
 from . import bwrap
 from .identity import IsolationError, SandboxIdentity, acquire, count_tasks_of, freeze, thaw
 from .spawner import SpawnedChild, spawner
@@ -238,7 +240,7 @@ class SandboxProcess:
         self._threads.append(thread)
 
     @staticmethod
-    def _pump(stream: BinaryIO, sink: CappedLog | MarkedLog) -> None:
+    def _pump(stream: io.BufferedReader, sink: CappedLog | MarkedLog) -> None:
         with stream:
             for chunk in iter(lambda: stream.read1(65536), b""):
                 sink.feed(chunk)
@@ -349,7 +351,7 @@ class SandboxProcess:
             return
         if self._proc.poll() is None:
             try:
-                self.send({"op": "exit"})
+                self.send(Exit().to_message())  # a runner leaves (sandbox_runtime/messages.py); others ignore it
                 self._proc.wait(timeout=grace_s)
             except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
                 log.info("sandbox %s did not exit within %.1fs; killing it", self.name, grace_s)
@@ -388,6 +390,7 @@ class SandboxProcess:
             raise SandboxTimeout(f"{self.name} was still running after the {timeout_s:.1f}s left to it") from None
         if item is None:
             assert self._proc is not None
+            code: int | None
             try:
                 code = self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

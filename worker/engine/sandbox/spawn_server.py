@@ -128,8 +128,8 @@ def _child(request: SpawnRequest, fds: list[int], error_fd: int) -> None:
         os.sched_setaffinity(0, request.cpus)
     if request.nice > 0:
         os.nice(request.nice)
-    for number, soft, hard in request.rlimits:
-        resource.setrlimit(number, (soft, hard))
+    for limit, soft, hard in request.rlimits:
+        resource.setrlimit(limit, (soft, hard))
     if request.gid is not None:
         os.setgroups([])
         os.setresgid(request.gid, request.gid, request.gid)

@@ -2,19 +2,23 @@
 
 stdout/stderr are the user code's own logs; the supervisor never parses them. A message may
 carry tensors (see wire): its line says how many bytes follow ("payload_bytes"), and the bytes
-come right after it on the same pipe.
+come right after it on the same pipe. The messages themselves are messages.py's classes (`reply`);
+`send` and `send_bytes` write a line as given.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 
 from . import wire
+from .messages import Payload, Reply
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
@@ -23,8 +27,18 @@ class Channel:
     def __init__(self) -> None:
         fd = int(os.environ["KJ_MSG_FD"])
         self._out = os.fdopen(fd, "wb", buffering=1 << 20, closefd=True)
-        self._in = sys.stdin.buffer
+        self._in = cast(io.BufferedReader, sys.stdin.buffer)  # what sys.stdin.buffer is (typeshed: BinaryIO)
         self._unread = 0  # payload bytes of the last command that its handler did not read
+
+    def reply(self, reply: Reply, tensors: object = None) -> None:
+        """A reply; `tensors`: a value whose tensors follow it (see wire), its payload."""
+        fields = reply.to_message()
+        self.send(fields.pop("event"), tensors, **fields)
+
+    def reply_bytes(self, reply: Reply, data: bytes) -> None:
+        """A reply followed by raw bytes (a packed folder, see file_tree), not tensors."""
+        fields = reply.to_message()
+        self.send_bytes(fields.pop("event"), data, **fields)
 
     def send(self, event: str, payload: object = None, **fields: Any) -> None:
         tensors: list[torch.Tensor] = []
@@ -50,12 +64,15 @@ class Channel:
         self._unread = int(command.get("payload_bytes") or 0)
         return command
 
-    def read_payload(self, command: dict, choose=wire.want_all) -> object:
-        """The command's value, with the tensors `choose` marked wanted read into fresh storage."""
-        specs = wire.parse_specs(command.get("payload"))
+    def read_payload(self, payload: Payload | None, choose: Callable[[object], None] = wire.want_all) -> object:
+        """The last command's value (its payload), with the tensors `choose` marked wanted read into fresh
+        storage."""
+        description = payload.description if payload is not None else None
+        specs = wire.parse_specs(description)
         if sum(spec.nbytes for spec in specs) != self._unread:
             raise wire.WireError("payload size does not match its description")
-        value = wire.unpack_tree(command["payload"], specs)
+        assert description is not None  # parse_specs took it
+        value = wire.unpack_tree(description, specs)
         choose(value)
         wanted = {p.index for p in wire.pending(value) if p.wanted}
         self._unread = 0

@@ -41,7 +41,7 @@ def _code_of(value: object) -> object | None:
     return getattr(value, "__code__", None) if isinstance(value, types.FunctionType) else None
 
 
-def _bindings(namespace: dict) -> dict[str, tuple[object, object | None]]:
+def _bindings(namespace: Mapping[str, object]) -> dict[str, tuple[object, object | None]]:
     """Every non-dunder binding with its code object (functions), read off a module's or class's dict."""
     return {name: (value, _code_of(value)) for name, value in list(namespace.items())
             if not (name.startswith("__") and name.endswith("__"))}

@@ -9,10 +9,11 @@ shape and dtype are the ones it expects, into fresh storage of its own, then com
 device with the supervisor's comparison code (worker.engine.correctness and friends, mounted read-only).
 It replies with the report as plain data; the supervisor validates it.
 
-Commands: load, generate, inputs (the inputs for a candidate), compare (a candidate's run),
-timing_variants (the timing pool's variants and the reference's outputs for them, made once, see
-timing_variants), check_timed (the outputs a candidate kept while timed), compile (the torch.compile
-baseline, see compile_baseline), time (the eager reference, or the compiled one with `compiled`).
+Commands (messages.py, the judge's `handlers` table): Load, Generate, Inputs (the inputs for a
+candidate), Compare (a candidate's run), MakeTimingVariants (the timing pool's variants and the
+reference's outputs for them, made once, see timing_variants), CheckTimed (the outputs a candidate
+kept while timed), Compile (the torch.compile baseline, see compile_baseline), Time (the eager
+reference, or the compiled one with `compiled`), Exit.
 """
 
 from __future__ import annotations
@@ -20,15 +21,34 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from . import physics, reference_checks, timer, timing_variants
 from .compile_baseline import compile_reference
+from .failure_kind import FailureKind
 from .loader import UserCodeError, classify, clone_args, to_device
+from .messages import (
+    CheckTimed,
+    Command,
+    Compare,
+    Compared,
+    Compile,
+    Compiled,
+    Generate,
+    Generated,
+    Inputs,
+    InputsDone,
+    MakeTimingVariants,
+    Time,
+    TimedChecked,
+    VariantsMade,
+)
 from .probe_inputs import PROBE_KINDS, probe_inputs
-from .runner import Runner
+from .runner import Handler, Runner
 from .shape_variant import input_bytes, input_shapes, wider_batch_plans
 from .wire import Pending, WireError
 
@@ -93,7 +113,7 @@ class JudgeRunner(Runner):
         # The outputs' reduction length (precision.reduction_length): None when they are no reduction.
         self.reduction: int | None = None
         self.perturbed: list[int] = []
-        self.compiled_model = None
+        self.compiled_model: Callable[..., object] | None = None
         self.compiles = 0  # how many times this judge compiled its reference (once at most)
         self.compile_reason: str | None = None
         self.compile_s = 0.0
@@ -102,6 +122,11 @@ class JudgeRunner(Runner):
         self.variant_changes: list[list] = []
         self.ref_variants: list[list[Outputs]] | None = None
         self.variants_skipped: str | None = None
+
+    def handlers(self) -> dict[type[Command], Handler]:
+        return {**super().handlers(), Generate: self.op_generate, Inputs: self.op_inputs, Compare: self.op_compare,
+                MakeTimingVariants: self.op_timing_variants, CheckTimed: self.op_check_timed,
+                Compile: self.op_compile}
 
     def _kept(self, stored: dict) -> Outputs:
         return Outputs(stored["kind"], [t.to(self.device) for t in stored["tensors"]])
@@ -114,25 +139,25 @@ class JudgeRunner(Runner):
             raise classify(exc, "in get_inputs()") from exc
 
     # -- generate ----------------------------------------------------------------------
-    def op_generate(self, command: dict) -> None:
-        torch.manual_seed(command["init_seed"])
+    def op_generate(self, command: Generate) -> None:
+        torch.manual_seed(command.init_seed)
         try:
             init_inputs = list(self.module.get_init_inputs())
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "in get_init_inputs()") from exc
-        trials = [self._inputs(seed) for seed in command["trial_seeds"]]
-        pool = [self._inputs(seed) for seed in command["pool_seeds"]]
-        self._construct("Model", init_inputs, command["init_seed"])
+        trials = [self._inputs(seed) for seed in command.trial_seeds]
+        pool = [self._inputs(seed) for seed in command.pool_seeds]
+        self._construct("Model", init_inputs, command.init_seed)
         first = self._call(to_device(clone_args(trials[0]), self.device), "in Model.forward (trial 0)")
         set_bytes = input_bytes(trials[0]) + _nbytes_args(first["tensors"])
-        kept = sized_trials(len(trials), set_bytes, int(command.get("trial_bytes_budget") or 0))
+        kept = sized_trials(len(trials), set_bytes, command.trial_bytes_budget)
         if kept < len(trials):
             self.sized = {"kept": kept, "asked": len(trials), "set_bytes": set_bytes,
-                          "budget": int(command["trial_bytes_budget"])}
+                          "budget": command.trial_bytes_budget}
             trials = trials[:kept]
         trial_outputs = [first] + [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
                                    for i, a in enumerate(trials[1:], start=1)]
-        tolerances = correctness.tolerance_table(command.get("atol"), command.get("rtol"))
+        tolerances = correctness.tolerance_table(command.atol, command.rtol)
         self.perturbed = self._perturb_degenerate(trials, trial_outputs, tolerances)
         double = reference_checks.Float64Reference(
             self.model, lambda model, args: self._call(args, "in Model.forward (float64)", model),
@@ -140,8 +165,8 @@ class JudgeRunner(Runner):
         truths, truth_skipped = double.truths(trials)
         pool_outputs = [self._call(to_device(clone_args(a), self.device), "in Model.forward (timing inputs)")
                         for a in pool]
-        shape_inputs, shape_outputs, self.shape_info = self._shape_trial(command.get("shape_seeds") or [],
-                                                                         command.get("shape_max_bytes", 0))
+        shape_inputs, shape_outputs, self.shape_info = self._shape_trial(command.shape_seeds,
+                                                                         command.shape_max_bytes)
         self.init_inputs, self.trial_inputs, self.pool_inputs, self.shape_inputs = init_inputs, trials, pool, \
             shape_inputs
         self.ref_trials = [self._kept(o) for o in trial_outputs]
@@ -150,19 +175,18 @@ class JudgeRunner(Runner):
         self.ref_pool = [self._kept(o) for o in pool_outputs]
         self.ref_shape = [self._kept(o) for o in shape_outputs]
         self.shape_truths = self._kept_truths(double, shape_inputs)
-        self._probe_trials(probe_seed(command["trial_seeds"]), command.get("probe_max_bytes", 0), trial_outputs[0],
+        self._probe_trials(probe_seed(command.trial_seeds), command.probe_max_bytes, trial_outputs[0],
                            double, truth_skipped)
         double.close()
         self.pool = [to_device(a, self.device) for a in pool]
-        measured = self._physics(command.get("physics_measures") or [])
-        self.channel.send("done", op="generate", shape_trial=self.shape_info, perturbed_trials=self.perturbed,
-                          physics=measured, trials_sized=self.sized,
-                          truth_skipped=truth_skipped, tampered=self.integrity.changed(),
-                          output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
-                          input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs,
-                                                    [p.args for p in self.probes]]),
-                          # What it now holds on its device (sizes the reference cache; memory_budget).
-                          device_bytes=torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0)
+        measured = self._physics(command.physics_measures)
+        self.channel.reply(Generated(
+            shape_trial=self.shape_info, perturbed_trials=self.perturbed, physics=measured, trials_sized=self.sized,
+            truth_skipped=truth_skipped, tampered=self.integrity.changed(),
+            output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
+            input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs, [p.args for p in self.probes]]),
+            # What it now holds on its device (sizes the reference cache; memory_budget).
+            device_bytes=torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0))
 
     def _physics(self, measures: list[str]) -> dict:
         """The device's copy bandwidth, the input bytes the reference's output depends on and the reference's
@@ -237,7 +261,7 @@ class JudgeRunner(Runner):
             except torch.OutOfMemoryError:  # an extra the judge can do without
                 output = None
             truths = self._kept_truths(double, [probe.args]) if output is not None else []
-            if not truths:
+            if output is None or not truths:
                 leave_out(probe.kind, probe.description, "no float64 truth on these inputs (the reference does not "
                                                          "run in float64, or no device memory left for it)")
                 continue
@@ -293,11 +317,11 @@ class JudgeRunner(Runner):
             return [plan.args], [out], info
         return [], [], {"skipped": "the reference does not accept a doubled batch (" + "; ".join(refused) + ")"}
 
-    def op_inputs(self, command: dict) -> None:
+    def op_inputs(self, command: Inputs) -> None:
         # The probes run as further trials: nothing in a candidate's run tells them apart.
         trials = self.trial_inputs + [p.args for p in self.probes]
-        self.channel.send("done", payload={"init_inputs": self.init_inputs, "trials": trials,
-                                           "pool": self.pool_inputs, "shape_trials": self.shape_inputs}, op="inputs")
+        self.channel.reply(InputsDone(), tensors={"init_inputs": self.init_inputs, "trials": trials,
+                                                  "pool": self.pool_inputs, "shape_trials": self.shape_inputs})
 
     # -- compare -----------------------------------------------------------------------
     def _choose_run_reply(self, value: object) -> None:
@@ -318,10 +342,10 @@ class JudgeRunner(Runner):
     def _on_device(self, outputs: Outputs) -> Outputs:
         return Outputs(outputs.kind, [t if t.is_meta else t.to(self.device) for t in outputs.tensors])
 
-    def op_compare(self, command: dict) -> None:
-        atol, rtol = command.get("atol"), command.get("rtol")
+    def op_compare(self, command: Compare) -> None:
+        atol, rtol = command.atol, command.rtol
         try:
-            value = self.channel.read_payload(command, self._choose_run_reply)
+            value: Any = self.channel.read_payload(command.payload, self._choose_run_reply)
             entries = value["trials"]
             expected = len(self.ref_trials) + len(self.probes)
             if not isinstance(entries, list) or len(entries) != expected:
@@ -330,7 +354,7 @@ class JudgeRunner(Runner):
             trial_entries, probe_entries = entries[:len(self.ref_trials)], entries[len(self.ref_trials):]
             cand_trials = [self._on_device(correctness.parse_outputs(e)) for e in trial_entries]
         except (MalformedOutputs, WireError, KeyError, TypeError) as exc:
-            self.channel.send("done", op="compare", invalid=f"the candidate's outputs could not be read: {exc}")
+            self.channel.reply(Compared(invalid=f"the candidate's outputs could not be read: {exc}"))
             return
         try:
             report = self._correctness(cand_trials, atol, rtol)
@@ -340,7 +364,7 @@ class JudgeRunner(Runner):
                                           for args in self.trial_inputs[:INPUT_CHECK_TRIALS]], entries)
             if report.passed:
                 report.shape_trial = self._shape_report(value.get("shape_trials"), command, atol, rtol)
-            if report.passed and command.get("probe_check", True):
+            if report.passed and command.probe_check:
                 usual = report.precision.ratio if report.precision and report.precision.checked else None
                 report.probes = self._probe_reports(probe_entries, rtol, usual)
                 report.passed = all(p.outcome != "fail" for p in report.probes)
@@ -348,8 +372,7 @@ class JudgeRunner(Runner):
             raise classify(exc, "while comparing the candidate's outputs") from exc
         # Perturbed trials are news only where the discrimination check did not already use them.
         discriminated = report.degenerate_reference and all(t.passed for t in report.trials)
-        self.channel.send("done", op="compare", report=report.model_dump(),
-                          perturbed_trials=[] if discriminated else self.perturbed)
+        self.channel.reply(Compared(report=report.model_dump(), perturbed_trials=[] if discriminated else self.perturbed))
 
     def _probe_reports(self, entries: list, rtol: float | None, usual_ratio: float | None) -> list[ProbeTrialReport]:
         """Each kept probe judged against its truth (one candidate output on the device at a time),
@@ -382,10 +405,11 @@ class JudgeRunner(Runner):
             report.precision = precision_check(ref_trials, cand_trials, self.truths, self.reduction)
         return report
 
-    def _shape_report(self, entries: object, command: dict, atol: float | None, rtol: float | None) -> ShapeTrialReport:
+    def _shape_report(self, entries: object, command: Compare, atol: float | None, rtol: float | None
+                      ) -> ShapeTrialReport:
         info = self.shape_info
-        if not command.get("shape_check", True):
-            return ShapeTrialReport(ran=False, message=f"switched off ({command.get('shape_rule')} is disabled "
+        if not command.shape_check:
+            return ShapeTrialReport(ran=False, message=f"switched off ({command.shape_rule} is disabled "
                                                        "for this job)")
         if not self.ref_shape:
             return ShapeTrialReport(ran=False, message=f"skipped: {info.get('skipped', 'no doubled-batch inputs')}")
@@ -416,14 +440,13 @@ class JudgeRunner(Runner):
         return report
 
     # -- the torch.compile baseline ----------------------------------------------------------
-    def op_compile(self, command: dict) -> None:
+    def op_compile(self, command: Compile) -> None:
         if self.compiles == 0 and self.ref_trials:
             self.compiles += 1
             expected = self.ref_trials[0]
 
             def matches(stored: dict) -> str | None:
-                result = correctness.compare(0, expected, self._kept(stored), command.get("atol"),
-                                             command.get("rtol"))
+                result = correctness.compare(0, expected, self._kept(stored), command.atol, command.rtol)
                 return None if result.passed else (result.message or "outputs differ")
 
             outcome = compile_reference(self.model, self.trial_inputs[0], self.device, self._sync, matches)
@@ -431,33 +454,31 @@ class JudgeRunner(Runner):
             self.compile_reason, self.compile_s = outcome.reason, outcome.compile_s
         elif not self.ref_trials:
             self.compile_reason, self.compile_s = "the reference has not run yet", 0.0
-        self.channel.send("done", op="compile", ok=self.compiled_model is not None, reason=self.compile_reason,
-                          compile_s=self.compile_s, compiles=self.compiles)
+        self.channel.reply(Compiled(ok=self.compiled_model is not None, reason=self.compile_reason,
+                                    compile_s=self.compile_s, compiles=self.compiles))
 
-    def op_time(self, command: dict) -> None:
-        if command.get("compiled"):
+    def op_time(self, command: Time) -> None:
+        if command.compiled:
             if self.compiled_model is None:
-                raise UserCodeError("protocol", "no compiled reference to time")
+                raise UserCodeError(FailureKind.protocol, "no compiled reference to time")
             self._send_timing(self.compiled_model, command)
         else:
             self._send_timing(self.model, command)
 
     # -- timing variants and timed outputs -----------------------------------------------
-    def op_timing_variants(self, command: dict) -> None:
+    def op_timing_variants(self, command: MakeTimingVariants) -> None:
         """The timing pool's variants (made on the first request, kept for the judge's life): their changes
         go to a candidate's runner; the judge writes them into its own pool too (its timed calls follow the
         supervisor's order like the candidate's)."""
         made = self.ref_variants is None
         if made:
-            self._make_timing_variants(int(command["seed"]), int(command.get("count") or 0),
-                                       int(command.get("max_bytes") or 0), command.get("atol"), command.get("rtol"))
+            self._make_timing_variants(command.seed, command.count, command.max_bytes, command.atol, command.rtol)
         slots = [[{"arg": arg, "positions": positions, "values": table} for arg, positions, table in changes]
                  for changes in self.variant_changes]
         assert self.ref_variants is not None
-        self.channel.send("done", payload={"slots": slots}, op="timing_variants",
-                          counts=[len(outputs) for outputs in self.ref_variants],
-                          variant_bytes=sum(_nbytes(outputs[1:]) for outputs in self.ref_variants),
-                          skipped=self.variants_skipped, made=made)
+        self.channel.reply(VariantsMade(counts=[len(outputs) for outputs in self.ref_variants],
+                                        variant_bytes=sum(_nbytes(outputs[1:]) for outputs in self.ref_variants),
+                                        skipped=self.variants_skipped, made=made), tensors={"slots": slots})
 
     def _make_timing_variants(self, seed: int, count: int, max_bytes: int, atol: float | None,
                               rtol: float | None) -> None:
@@ -500,12 +521,12 @@ class JudgeRunner(Runner):
             [self.ref_pool[slot]] if 0 <= slot < len(self.ref_pool) else [])
         return rows[variant] if 0 <= variant < len(rows) else None
 
-    def op_check_timed(self, command: dict) -> None:
+    def op_check_timed(self, command: CheckTimed) -> None:
         """The outputs a candidate kept while timed, each against the reference's for the input set and
         variant the supervisor says that call had. Replies with every wrong one (index, message) and, for
         the first, whether it is the reference's output for another variant of the same set (a stored one)."""
-        expected = [(int(slot), int(variant)) for slot, variant in command.get("expected") or []]
-        atol, rtol = command.get("atol"), command.get("rtol")
+        expected = command.expected
+        atol, rtol = command.atol, command.rtol
 
         def choose(value: object) -> None:
             kept = value.get("kept") if isinstance(value, dict) else None
@@ -515,9 +536,12 @@ class JudgeRunner(Runner):
                     if isinstance(entry, dict) and ref is not None:
                         _want_matching(entry.get("tensors"), ref.tensors)
 
-        message, wrong, replayed = None, [], None
+        message: str | None = None
+        wrong: list[tuple[int, str]] = []
+        replayed: int | None = None
         try:
-            kept = self.channel.read_payload(command, choose)["kept"]
+            value: Any = self.channel.read_payload(command.payload, choose)
+            kept = value["kept"]
             if not isinstance(kept, list) or len(kept) != len(expected):
                 raise MalformedOutputs(f"{len(kept) if isinstance(kept, list) else 'no'} kept outputs, "
                                       f"expected {len(expected)}")
@@ -529,16 +553,16 @@ class JudgeRunner(Runner):
                 result = correctness.compare(index, ref, cand, atol, rtol)
                 if result.passed:
                     continue
-                wrong.append([index, result.message or "outputs differ"])
+                wrong.append((index, result.message or "outputs differ"))
                 if replayed is None and self.ref_variants:
                     others = [v for v, other in enumerate(self.ref_variants[slot]) if v != variant
                               and correctness.compare(index, other, cand, atol, rtol).passed]
                     replayed = others[0] if others else -1
         except (MalformedOutputs, WireError, KeyError, TypeError, ValueError) as exc:
             message = f"timed run: {exc}"
-        self.channel.send("done", op="check_timed", ok=message is None and not wrong, message=message, wrong=wrong,
-                          replayed=replayed if replayed is not None and replayed >= 0 else None,
-                          checked=len(expected))
+        self.channel.reply(TimedChecked(ok=message is None and not wrong, message=message, wrong=wrong,
+                                        replayed=replayed if replayed is not None and replayed >= 0 else None,
+                                        checked=len(expected)))
 
 
 # However large one input set and its outputs are, this many trials stay (two different draws of the inputs

@@ -131,6 +131,7 @@ def trace_forward(model, args: list, device: torch.device) -> dict:
     switched = False
     with torch.no_grad(), _quiet_profiler(device) as prof:
         if cuda:
+            assert flush is not None and marker is not None and timed is not None
             flush.zero_()
             marker.add_(1)
         _INTERPRETER.update(counting=not cuda, loaded_bytes=0, launch_ns=0)
@@ -140,6 +141,7 @@ def trace_forward(model, args: list, device: torch.device) -> dict:
             finally:
                 _INTERPRETER["counting"] = False
         if cuda:
+            assert marker is not None and timed is not None
             switched = _current_stream(device) != timed
             if switched:
                 _set_stream(timed)

@@ -6,18 +6,23 @@ import importlib.util
 import sys
 import traceback
 from types import ModuleType
+from typing import Any, TypeVar
 
 import torch
 
+from .failure_kind import FailureKind
+
 MAX_TRACEBACK_CHARS = 6000
+V = TypeVar("V")
 
 
 class UserCodeError(Exception):
-    """User code failed; `kind` is one of compile_error, runtime_error, invalid_output."""
+    """User code failed; `kind` says how (compile_error, runtime_error, invalid_output, out_of_memory, or
+    protocol for a command out of turn)."""
 
-    def __init__(self, kind: str, message: str, detail: str = "") -> None:
+    def __init__(self, kind: FailureKind, message: str, detail: str = "") -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind = FailureKind(kind)
         self.message = message
         self.detail = detail[-MAX_TRACEBACK_CHARS:]
 
@@ -43,16 +48,16 @@ def classify(exc: BaseException, during: str) -> UserCodeError:
         return exc
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if _is_build_failure(exc):
-        return UserCodeError("compile_error", f"build failed {during}: {str(exc)[:2000]}", detail)
+        return UserCodeError(FailureKind.compile_error, f"build failed {during}: {str(exc)[:2000]}", detail)
     if isinstance(exc, torch.OutOfMemoryError):  # torch.cuda.OutOfMemoryError is this class
-        return UserCodeError("out_of_memory", f"out of device memory {during}: {str(exc)[:2000]}", detail)
-    return UserCodeError("runtime_error", f"{type(exc).__name__} {during}: {str(exc)[:2000]}", detail)
+        return UserCodeError(FailureKind.out_of_memory, f"out of device memory {during}: {str(exc)[:2000]}", detail)
+    return UserCodeError(FailureKind.runtime_error, f"{type(exc).__name__} {during}: {str(exc)[:2000]}", detail)
 
 
 def load_module(path: str, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise UserCodeError("runtime_error", f"cannot load module from {path}")
+        raise UserCodeError(FailureKind.runtime_error, f"cannot load module from {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -71,13 +76,13 @@ def flatten_outputs(value: object) -> tuple[str, list[torch.Tensor]]:
         for index, item in enumerate(items):
             if type(item) is not torch.Tensor:
                 raise UserCodeError(
-                    "invalid_output",
+                    FailureKind.invalid_output,
                     f"output {index} is a {type(item).__module__}.{type(item).__qualname__}, "
                     "not a plain torch.Tensor; return a tensor or a tuple of tensors",
                 )
         return "tuple", items
     raise UserCodeError(
-        "invalid_output",
+        FailureKind.invalid_output,
         f"forward returned {type(value).__module__}.{type(value).__qualname__}; "
         "return a plain torch.Tensor or a tuple of tensors",
     )
@@ -89,19 +94,21 @@ def to_storable(value: object) -> dict:
     plain = []
     for tensor in tensors:
         if tensor.is_sparse or tensor.layout != torch.strided:
-            raise UserCodeError("invalid_output", "outputs must be dense strided tensors")
+            raise UserCodeError(FailureKind.invalid_output, "outputs must be dense strided tensors")
         plain.append(torch.Tensor.clone(torch.Tensor.detach(tensor)).cpu().contiguous())
     return {"kind": kind, "tensors": plain}
 
 
-def to_device(value: object, device: torch.device) -> object:
+def to_device(value: V, device: torch.device) -> V:
+    """`value` with every tensor in it (in lists and tuples) on `device`: the same structure."""
+    moved: Any = value
     if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list):
-        return [to_device(item, device) for item in value]
-    if isinstance(value, tuple):
-        return tuple(to_device(item, device) for item in value)
-    return value
+        moved = value.to(device)
+    elif isinstance(value, list):
+        moved = [to_device(item, device) for item in value]
+    elif isinstance(value, tuple):
+        moved = tuple(to_device(item, device) for item in value)
+    return moved
 
 
 def clone_args(args: list) -> list:

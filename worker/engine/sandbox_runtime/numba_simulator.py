@@ -21,6 +21,7 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
@@ -48,7 +49,7 @@ def install(launch_range: LaunchRange) -> None:
 
 def adapt(cuda_module, launch_range: LaunchRange) -> None:
     """Record each launch and accept torch tensors; a no-op for the real GPU target."""
-    kernel_module = sys.modules.get(KERNEL_MODULE)
+    kernel_module: Any = sys.modules.get(KERNEL_MODULE)  # numba-cuda's simulator modules, adapted in place
     array_module = sys.modules.get(ARRAY_MODULE)
     if kernel_module is None or array_module is None or getattr(kernel_module, "_kj_adapted", False):
         return

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -134,7 +135,7 @@ def _blocks(shape: torch.Size) -> list[tuple[str, list[tuple[tuple, int]]]]:
     """The replacement tests of one input: a grid over its last two dimensions (or 16 pieces of a 1-D
     input) and slabs along each leading dimension; each test is a list of (index, elements)."""
     ndim = len(shape)
-    tests = []
+    tests: list[tuple[str, list[tuple[tuple[slice, ...], int]]]] = []
     if ndim == 1:
         tests.append(("pieces", [((slice(lo, hi),), hi - lo) for lo, hi in _bounds(shape[0], GRID * GRID)]))
         return tests
@@ -275,7 +276,7 @@ def measure(model: Callable[..., object], prepare: Callable[[list], list], args:
 
     def call(arg_set: list) -> list[torch.Tensor]:
         with torch.no_grad():
-            out = model(*prepare(arg_set))
+            out: Any = model(*prepare(arg_set))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return list(out) if isinstance(out, (tuple, list)) else [out]

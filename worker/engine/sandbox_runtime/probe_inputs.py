@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -178,7 +179,7 @@ def structure_weights(shape: torch.Size, phases: dict[int, int], symmetric: bool
     if len(shape) >= 3 and not symmetric:  # the rows of the tensor as a matrix (two dimensions: the first one's)
         spaces.append(flat // shape[-1])
     table = _pattern_table(phases, device)
-    pattern = sum(table[index % len(table)] for index in spaces) / len(spaces)
+    pattern = cast(torch.Tensor, sum(table[index % len(table)] for index in spaces)) / len(spaces)  # spaces: one or more
     return 1.0 + STRUCTURE_AMPLITUDE * pattern
 
 

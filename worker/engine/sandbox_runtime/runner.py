@@ -7,10 +7,11 @@ role is the judge (judge_process.py), which keeps the reference's inputs and out
 and compares.
 
 Environment: KJ_ROLE (reference|candidate), KJ_DEVICE (cpu|cuda), KJ_MSG_FD (reply channel).
-Commands (one JSON line on stdin, tensors after it, see wire): load, run (the trials with the
-inputs as forward left them, then the doubled batch), trace (the kernels one call ran),
-timing_variants (the timing pool's variants, from the judge), time, timed_outputs, exit.
-Replies: ready, loaded, done, timing, error.
+Commands and replies are messages.py's classes (one JSON line each, tensors after it, see wire); a
+role's commands are its `handlers` table. A candidate's: Load, Run (the trials with the inputs as
+forward left them, then the doubled batch), Trace (the kernels one call ran), TritonCache,
+ApplyTimingVariants (the timing pool's variants, from the judge), Time, TimedOutputs, Exit.
+Replies: Ready, Loaded, Timing, a Done per command, ErrorReply.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import shutil
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 
@@ -34,6 +36,7 @@ from . import (
     timer,  # binds clocks and sync before any user code is imported
 )
 from .channel import Channel
+from .failure_kind import FailureKind
 from .harness_output import mark_user_output_start
 from .integrity import IntegrityWatch
 from .loader import (
@@ -45,7 +48,32 @@ from .loader import (
     to_device,
     to_storable,
 )
+from .messages import (
+    ApplyTimingVariants,
+    Command,
+    ErrorReply,
+    Exit,
+    Load,
+    Loaded,
+    MessageError,
+    Ready,
+    Run,
+    RunDone,
+    Time,
+    TimedOutputs,
+    TimedOutputsDone,
+    Timing,
+    Trace,
+    Traced,
+    TritonCache,
+    TritonCacheDone,
+    VariantsApplied,
+    decode_command,
+)
 from .wire import WireError
+
+# A command's handler: called with a command of the class it is registered under.
+Handler = Callable[[Any], None]
 
 INPUT_CHECK_TRIALS = 2
 REQUIRED_NAMES = {"reference": ("Model", "get_inputs", "get_init_inputs"), "candidate": ("ModelNew",)}
@@ -95,8 +123,8 @@ class Runner:
         self.device = torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
         self.channel = Channel()
         self.integrity = IntegrityWatch()
-        self.module = None
-        self.model = None
+        self.module: Any = None  # the user's module, once loaded (`load`)
+        self.model: Any = None  # its Model / ModelNew, once constructed
         self.pool: list[list] = []
         self.variants: timer.InputVariants | None = None  # the timing pool's variants (timing_variants)
 
@@ -117,30 +145,37 @@ class Runner:
         except ImportError:
             pass
         self.warm()
-        self.channel.send("ready", environment=environment(self.device))
+        self.channel.reply(Ready(environment=environment(self.device)))
 
     def warm(self) -> None:
         """Role-specific set-up done while the runner waits in the pool, before any user code."""
 
-    def serve(self) -> None:
-        while True:
-            command = self.channel.receive()
-            if command is None or command.get("op") == "exit":
-                return
-            op = command.get("op")
-            if op != "load" and self.module is None:
-                self.channel.send("error", kind="protocol", message=f"{op!r} before load")
-                continue
-            handler = getattr(self, f"op_{op}", None)
-            if handler is None:
-                self.channel.send("error", kind="protocol", message=f"unknown op {op!r}")
-                continue
-            handler(command)
+    def handlers(self) -> dict[type[Command], Handler]:
+        """This role's commands, each with its handler (Exit ends `serve`)."""
+        return {Load: self.op_load, Time: self.op_time}
 
-    def op_load(self, command: dict) -> None:
+    def serve(self) -> None:
+        table = self.handlers()
+        while True:
+            message = self.channel.receive()
+            if message is None:
+                return
+            try:
+                command = decode_command(message, [Exit, *table])
+            except MessageError as exc:
+                self.channel.reply(ErrorReply(FailureKind.protocol, f"unreadable command: {exc}"))
+                continue
+            if isinstance(command, Exit):
+                return
+            if not isinstance(command, Load) and self.module is None:
+                self.channel.reply(ErrorReply(FailureKind.protocol, f"{command.NAME!r} before load"))
+                continue
+            table[type(command)](command)
+
+    def op_load(self, command: Load) -> None:
         if self.module is not None:
-            raise UserCodeError("protocol", "this runner already loaded a module; runners are used once")
-        cpu_s = command.get("cpu_s")
+            raise UserCodeError(FailureKind.protocol, "this runner already loaded a module; runners are used once")
+        cpu_s = command.cpu_s
         if cpu_s:
             # The pool starts runners with a generous CPU limit; the job's own is set here, before
             # the user's code runs (it cannot raise it again).
@@ -156,14 +191,14 @@ class Runner:
         folder = tempfile.mkdtemp(prefix="kj-src-")
         path = os.path.join(folder, "module.py")
         with open(path, "w") as handle:
-            handle.write(command["source"])
+            handle.write(command.source)
         self.integrity.seal_harness()
         mark_user_output_start()  # the log the supervisor returns begins here
         self.module = load_module(path, f"kj_{self.role}")
         missing = [name for name in REQUIRED_NAMES[self.role] if not hasattr(self.module, name)]
         if missing:
-            raise UserCodeError("runtime_error", f"the module does not define {', '.join(missing)} after import")
-        self.channel.send("loaded")
+            raise UserCodeError(FailureKind.runtime_error, f"the module does not define {', '.join(missing)} after import")
+        self.channel.reply(Loaded())
 
     # -- helpers -------------------------------------------------------------------
     def _sync(self) -> None:
@@ -188,22 +223,19 @@ class Runner:
             raise classify(exc, what) from exc
 
     # -- timing (both roles) ----------------------------------------------------------
-    def op_time(self, command: dict) -> None:
+    def op_time(self, command: Time) -> None:
         self._send_timing(self.model, command)
 
-    def _send_timing(self, model, command: dict) -> None:
-        order = command.get("order")
+    def _send_timing(self, model, command: Time) -> None:
         try:
-            samples = timer.time_model(model, self.pool, self.device, runs=command["runs"],
-                                       warmup=int(command.get("warmup", timer.WARMUP_RUNS)),
-                                       keep=frozenset(int(i) for i in command.get("keep") or ()),
-                                       order=[int(code) for code in order] if order is not None else None,
+            samples = timer.time_model(model, self.pool, self.device, runs=command.runs, warmup=command.warmup,
+                                       keep=frozenset(command.keep or ()), order=command.order,
                                        variants=self.variants)
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "while timing forward") from exc
         self._keep_timed(samples.kept)
-        self.channel.send("timing", device_ms=samples.device_ms, warmup_runs=samples.warmup_runs,
-                          tampered=self.integrity.changed())
+        self.channel.reply(Timing(device_ms=samples.device_ms, warmup_runs=samples.warmup_runs,
+                                  tampered=self.integrity.changed()))
 
     def _keep_timed(self, outputs: list) -> None:
         """The kept outputs of a timed block (the judge keeps none: it copies them only so that both
@@ -220,6 +252,10 @@ class CandidateRunner(Runner):
 
     def warm(self) -> None:
         kernel_trace.warm_profiler(self.device)  # the job's `trace` then starts in milliseconds
+
+    def handlers(self) -> dict[type[Command], Handler]:
+        return {**super().handlers(), Run: self.op_run, Trace: self.op_trace, TritonCache: self.op_triton_cache,
+                ApplyTimingVariants: self.op_timing_variants, TimedOutputs: self.op_timed_outputs}
 
     def _checked_call(self, args: list, what: str, keep_inputs: bool) -> dict:
         """A candidate call that also reports outputs sharing memory with an input and the inputs
@@ -245,12 +281,12 @@ class CandidateRunner(Runner):
         block.fill_(float("nan"))
         del block
 
-    def op_run(self, command: dict) -> None:
-        data = self.channel.read_payload(command)
-        self._construct("ModelNew", data["init_inputs"], command["init_seed"])
+    def op_run(self, command: Run) -> None:
+        data: Any = self.channel.read_payload(command.payload)
+        self._construct("ModelNew", data["init_inputs"], command.init_seed)
         results = []
         for index, args in enumerate(data["trials"]):
-            self._poison(command.get("poison_bytes", 0))
+            self._poison(command.poison_bytes)
             # The inputs as forward left them go back for the first trials only: a candidate that
             # writes into its inputs does so on every call, and inputs can be large.
             results.append(self._checked_call(to_device(clone_args(args), self.device),
@@ -265,43 +301,43 @@ class CandidateRunner(Runner):
                                                 "in ModelNew.forward (doubled batch)"))
             except UserCodeError as exc:
                 shape_results.append({"kind": "error", "message": exc.message})
-        self.channel.send("done", payload={"trials": results, "shape_trials": shape_results},
-                          op="run", tampered=self.integrity.changed())
+        self.channel.reply(RunDone(tampered=self.integrity.changed()),
+                           tensors={"trials": results, "shape_trials": shape_results})
 
-    def op_trace(self, command: dict) -> None:
+    def op_trace(self, command: Trace) -> None:
         args = clone_args(self.pool[0])
         try:
             events = kernel_trace.trace_forward(self.model, args, self.device)
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "in ModelNew.forward (kernel trace)") from exc
-        self.channel.send("done", op="trace", events=events, tampered=self.integrity.changed())
+        self.channel.reply(Traced(events=events, tampered=self.integrity.changed()))
 
-    def op_triton_cache(self, command: dict) -> None:
+    def op_triton_cache(self, command: TritonCache) -> None:
         """The Triton kernels this runner compiled (TRITON_CACHE_DIR), packed, for the candidate's own
         cache on the host (worker/engine/triton_cache.py); nothing when there are more than allowed."""
         folder = os.environ.get("TRITON_CACHE_DIR")
         try:
-            files, data = file_tree.pack(Path(folder), int(command["max_bytes"])) if folder and os.path.isdir(
+            files, data = file_tree.pack(Path(folder), command.max_bytes) if folder and os.path.isdir(
                 folder) else ([], b"")
         except file_tree.TooLarge:
             files, data = [], b""
-        self.channel.send_bytes("done", data, op="triton_cache", files=files)
+        self.channel.reply_bytes(TritonCacheDone(files=files), data)
 
     def _keep_timed(self, outputs: list) -> None:
         # Sent by `timed_outputs`, outside the externally clocked requests.
         self.kept_timed.extend(outputs)
 
-    def op_timing_variants(self, command: dict) -> None:
+    def op_timing_variants(self, command: ApplyTimingVariants) -> None:
         """The timing pool's variants, made by the judge (see timing_variants), onto this runner's pool."""
-        slots = self.channel.read_payload(command)["slots"]
+        value: Any = self.channel.read_payload(command.payload)
         self.variants = timer.InputVariants(self.pool, [[(int(c["arg"]), c["positions"], c["values"]) for c in changes]
-                                                        for changes in slots])
-        self.channel.send("done", op="timing_variants")
+                                                        for changes in value["slots"]])
+        self.channel.reply(VariantsApplied())
 
-    def op_timed_outputs(self, command: dict) -> None:
+    def op_timed_outputs(self, command: TimedOutputs) -> None:
         stored = [to_storable(out) for out in self.kept_timed]
         self.kept_timed = []
-        self.channel.send("done", payload={"kept": stored}, op="timed_outputs", tampered=self.integrity.changed())
+        self.channel.reply(TimedOutputsDone(tampered=self.integrity.changed()), tensors={"kept": stored})
 
 
 def aliased_outputs(out: object, args: list) -> list[str]:
@@ -341,12 +377,12 @@ def main() -> int:
         runner.start()
         runner.serve()
     except UserCodeError as exc:
-        runner.channel.send("error", kind=exc.kind, message=exc.message, detail=exc.detail)
+        runner.channel.reply(ErrorReply(exc.kind, exc.message, exc.detail))
     except WireError as exc:
-        runner.channel.send("error", kind="protocol", message=f"unreadable tensors: {exc}")
+        runner.channel.reply(ErrorReply(FailureKind.protocol, f"unreadable tensors: {exc}"))
         return 1
     except BaseException as exc:  # noqa: BLE001 - report, then exit non-zero
-        runner.channel.send("error", kind="runtime_error", message=f"{type(exc).__name__}: {exc}",
-                            detail=traceback.format_exc()[-MAX_TRACEBACK_CHARS:])
+        runner.channel.reply(ErrorReply(FailureKind.runtime_error, f"{type(exc).__name__}: {exc}",
+                                        traceback.format_exc()[-MAX_TRACEBACK_CHARS:]))
         return 1
     return 0

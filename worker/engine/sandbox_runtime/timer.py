@@ -28,12 +28,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 _perf_counter = time.perf_counter
-_EventBase = getattr(torch._C, "_CudaEventBase", None)
-_cuda_sync = getattr(torch._C, "_cuda_synchronize", None)
+# torch's CUDA bindings, bound before any user code runs (None in a torch built without CUDA: used on a GPU only).
+_EventBase: Any = getattr(torch._C, "_CudaEventBase", None)
+_cuda_sync: Any = getattr(torch._C, "_cuda_synchronize", None)
 _current_stream = torch.cuda.current_stream
 _Event = torch.cuda.Event
 _index_copy = torch.Tensor.index_copy_
@@ -126,6 +128,11 @@ def _snapshot(out: object) -> object:
     return out
 
 
+def _call_with(model: Callable[..., object], args: list) -> Callable[[], object]:
+    """One call of `model` on `args`, made before the clock starts (the timed part is the call alone)."""
+    return lambda: model(*args)
+
+
 def time_model(model: Callable[..., object], pool: list[list], device: torch.device, *, runs: int,
                warmup: int = WARMUP_RUNS, keep: frozenset[int] | set[int] = frozenset(),
                order: list[int] | None = None, variants: InputVariants | None = None) -> TimingSamples:
@@ -159,12 +166,10 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
 
     with torch.no_grad():
         for i in range(warmup):
-            args = inputs(i, 0)
-            iteration.run(lambda a=args: model(*a))
+            iteration.run(_call_with(model, inputs(i, 0)))
             result.warmup_runs += 1
         for i in range(runs):
-            args = inputs(warmup + i, warmup)
-            device_ms, out = iteration.run(lambda a=args: model(*a))
+            device_ms, out = iteration.run(_call_with(model, inputs(warmup + i, warmup)))
             result.device_ms.append(device_ms)
             if i in keep:
                 result.kept.append(_snapshot(out))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import torch
 
@@ -86,7 +86,7 @@ def pack(value: object) -> tuple[dict, list[torch.Tensor]]:
 def write_tensors(stream: BinaryIO, tensors: list[torch.Tensor]) -> None:
     for tensor in tensors:
         if tensor.numel():
-            stream.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+            stream.write(tensor.reshape(-1).view(torch.uint8).numpy().data)
     stream.flush()
 
 
@@ -139,7 +139,13 @@ def unpack_tree(description: dict, specs: list[TensorSpec]) -> object:
     return walk(description.get("tree"), 0)
 
 
-def read_tensors(stream: BinaryIO, specs: list[TensorSpec], wanted: set[int]) -> list[torch.Tensor]:
+class Readable(Protocol):
+    """A binary stream that reads into a buffer of the caller's (a pipe's BufferedReader, a BytesIO)."""
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
+
+
+def read_tensors(stream: Readable, specs: list[TensorSpec], wanted: set[int]) -> list[torch.Tensor]:
     """Read every tensor's bytes in order: wanted ones into fresh storage, the rest skipped."""
     out = []
     scratch = bytearray(SKIP_CHUNK)
@@ -147,7 +153,7 @@ def read_tensors(stream: BinaryIO, specs: list[TensorSpec], wanted: set[int]) ->
         if index in wanted:
             tensor = torch.empty(spec.shape, dtype=spec.dtype)
             if spec.nbytes:
-                _read_exactly(stream, memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+                _read_exactly(stream, tensor.reshape(-1).view(torch.uint8).numpy().data)
             out.append(tensor)
         else:
             left = spec.nbytes
@@ -159,7 +165,7 @@ def read_tensors(stream: BinaryIO, specs: list[TensorSpec], wanted: set[int]) ->
     return out
 
 
-def _read_exactly(stream: BinaryIO, view: memoryview) -> None:
+def _read_exactly(stream: Readable, view: memoryview) -> None:
     done = 0
     while done < len(view):
         got = stream.readinto(view[done:])

@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .json_text import to_json_text
+from .migrations import upgrade_schema
 from .queue import ClaimChoice, QueueGroup, oldest_in_group, top_priority_groups
 from .records import (
     ACTIVE_STATUSES,
@@ -35,7 +37,7 @@ from .records import (
 )
 from .recovery import JobRecovery, died_reason
 from .repair import repair_stored_json
-from .schema import Base, JobRow, ProblemProfileRow, ProblemRow, add_missing_columns
+from .schema import JobRow, ProblemProfileRow, ProblemRow
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,21 @@ def submission_hash(problem_id: str, submission: dict[str, Any], priority: int) 
     return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _use_wal(cursor: sqlite3.Cursor, wait_s: float = 30.0) -> None:
+    """Put the database in WAL mode (a setting kept in the file). Connections opening a new file at once
+    race for that first switch, and SQLite tells the losers "database is locked" at once, without its
+    busy timeout (waiting could deadlock): they try again, and find the file switched."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
@@ -96,7 +113,7 @@ def _make_engine(url: str) -> Engine:
         def _sqlite_pragmas(dbapi_connection, _record):
             cursor = dbapi_connection.cursor()
             # WAL lets readers (status polls) proceed while a writer commits.
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _use_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
@@ -110,8 +127,7 @@ class JobStore(JobRecovery):
         self.url = normalise_url(url) if url else database_url_from_env()
         self.engine = _make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        Base.metadata.create_all(self.engine)
-        add_missing_columns(self.engine)
+        upgrade_schema(self.engine)  # creates the tables, upgrades an older release's (migrations/)
         repair_stored_json(self.engine)
 
     def close(self) -> None:

@@ -1,5 +1,8 @@
 """SQL tables of the job store (SQLAlchemy 2 declarative).
 
+A change here is also a schema revision in migrations/versions/ (Alembic), which JobStore applies
+to the databases it opens.
+
 JSON payloads are kept in Text columns as JSON strings (not a JSON column type) so that any
 text a user sends, NUL characters included, round-trips on SQLite and PostgreSQL alike.
 Timestamps are UNIX seconds (float): portable, and converted to ISO 8601 at the API edge.
@@ -7,7 +10,7 @@ Timestamps are UNIX seconds (float): portable, and converted to ISO 8601 at the 
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Engine, Float, Index, Integer, String, Text, UniqueConstraint, inspect, text
+from sqlalchemy import Boolean, Float, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -86,21 +89,6 @@ class StoreMetaRow(Base):
 
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text, nullable=False)
-
-
-def add_missing_columns(engine: Engine) -> None:
-    """create_all() makes missing tables, not missing columns: add the nullable columns a newer
-    version defines to a store an older version created, so its data survives the upgrade."""
-    inspector = inspect(engine)
-    for table in Base.metadata.sorted_tables:
-        if not inspector.has_table(table.name):
-            continue
-        present = {column["name"] for column in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name not in present and column.nullable:
-                kind = column.type.compile(dialect=engine.dialect)
-                with engine.begin() as conn:
-                    conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
 
 
 class BaselineRow(Base):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import (
     Float,
     Integer,
@@ -80,8 +81,12 @@ class RuleExample:
     evidence: str | None
 
 
-@dataclass(frozen=True)
-class StageDurations:
+# Seconds one engine stage took over a window's finished jobs. Also the dashboard API's answer as it is
+# (`GET /v1/dashboard/stages`, app/dashboard_schemas.py): a pydantic model, without a docstring, which
+# would become its description in the OpenAPI document.
+class StageSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     stage: str
     count: int
     mean_s: float
@@ -299,7 +304,7 @@ class JobStats:
                                 int(line) if line is not None else None, evidence)
                     for rule, severity, n, job_id, message, line, evidence in conn.execute(query)]
 
-    def stages(self, owner: str | None, since: float, limit: int = 20) -> list[StageDurations]:
+    def stages(self, owner: str | None, since: float, limit: int = 20) -> list[StageSummary]:
         """Seconds spent per engine stage, slowest (by p95) first."""
         items = self.sql.object_items(JobRow.result, "stages")
         seconds = self.sql.member_number(items)
@@ -324,7 +329,8 @@ class JobStats:
             .group_by(samples.c.stage).order_by(p95.desc(), samples.c.stage).limit(limit)
         )
         with self.engine.connect() as conn:
-            return [StageDurations(stage, int(n), float(mean), float(p50), float(p95_s), float(top), slowest)
+            return [StageSummary(stage=stage, count=int(n), mean_s=float(mean), p50_s=float(p50), p95_s=float(p95_s),
+                                 max_s=float(top), slowest_job_id=slowest)
                     for stage, n, mean, p50, p95_s, top, slowest in conn.execute(query)]
 
     def recent_jobs(self, owner: str | None, limit: int, outcome: str | None = None) -> list[JobSummary]:
