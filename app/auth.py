@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from .caps import JobCaps
-from .settings import key_hash
+from app.caps import JobCaps
+from app.settings import key_hash
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API key from KERNELJUDGE_API_KEYS.")
 

@@ -23,7 +23,7 @@ from email.message import Message
 from itertools import accumulate
 from typing import Any
 
-from .limits import reply_json
+from app.limits import reply_json
 
 CHECKED_METHODS = frozenset({"POST", "PUT", "PATCH"})
 MAX_REPORTED = 20

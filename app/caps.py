@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from worker.models import EvalOptions, StageLimits
+from contract.requests import EvalOptions, StageLimits
 
 # Where each capped value is in a submission (below `options`, except priority).
 CAPPED = {

@@ -11,12 +11,8 @@ import time
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from worker.jobs.store import JobStatus
-from worker.jobs.store.records import iso_time
-from worker.jobs.store.stats import InFlightJob, JobStats, QueueSnapshot
-
-from .auth import Principal, authenticate
-from .dashboard_schemas import (
+from app.auth import Principal, authenticate
+from app.dashboard_schemas import (
     AccessView,
     DeviceLoad,
     JobDetail,
@@ -30,8 +26,11 @@ from .dashboard_schemas import (
     StageSummary,
     WorkerView,
 )
-from .dispatch import EmbeddedDispatcher
-from .views import job_view, not_found
+from app.dashboard_stats import InFlightJob, JobStats, QueueSnapshot
+from app.dispatch import EmbeddedDispatcher
+from app.views import job_view, not_found
+from worker.jobs.store import JobStatus
+from worker.jobs.store.records import iso_time
 
 router = APIRouter(prefix="/v1/dashboard", tags=["dashboard"],
                    responses={401: {"description": "Missing or invalid API key"},

@@ -6,10 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from app.dashboard_stats import StageSummary as StageSummary  # /stages: the store's rows as they are
+from app.schemas import JobView
 from worker.jobs.store import JobStatus
-from worker.jobs.store.stats import StageSummary as StageSummary  # /stages: the store's rows as they are
-
-from .schemas import JobView
 
 
 class AccessView(BaseModel):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 
+from app.executors import LocalWorkerPool, plan_identities
+from app.metrics import ServiceMetrics
+from app.waiting import JobEvents
+from worker.jobs.callbacks import CallbackSender
 from worker.jobs.store import Job, JobStore
-from worker.jobs.store.callbacks import CallbackSender
-
-from .executors import LocalWorkerPool, plan_identities
-from .metrics import ServiceMetrics
-from .waiting import JobEvents
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import socket
 import threading
 from collections.abc import Callable
 
+from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.pipeline import DeviceLane, JobPipeline, LaneHealth, PipelineConfig
 from worker.jobs.store import Job, JobStore
-from worker.jobs.store.runner import EngineCalls, WorkerIdentity
 
 log = logging.getLogger(__name__)
 

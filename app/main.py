@@ -12,19 +12,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
+from app import api_docs, dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
+from app.body_checks import StrictJsonBody
+from app.dispatch import CeleryDispatcher, EmbeddedDispatcher
+from app.limits import BodySizeLimit, FailedAuthLimiter, RateLimiter
+from app.metrics import RequestMetrics, ServiceMetrics
+from app.service import Submitter
+from app.settings import Settings
+from app.views import clean_errors
+from app.waiting import JobEvents
 from worker.engine.gpu_monitor import gpu_monitor
+from worker.jobs.callbacks import CallbackSender
 from worker.jobs.store import JobStore
-from worker.jobs.store.callbacks import CallbackSender
-
-from . import api_docs, dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
-from .body_checks import StrictJsonBody
-from .dispatch import CeleryDispatcher, EmbeddedDispatcher
-from .limits import BodySizeLimit, FailedAuthLimiter, RateLimiter
-from .metrics import RequestMetrics, ServiceMetrics
-from .service import Submitter
-from .settings import Settings
-from .views import clean_errors
-from .waiting import JobEvents
 
 log = logging.getLogger(__name__)
 

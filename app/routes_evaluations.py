@@ -10,13 +10,12 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, R
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
+from app.auth import Principal, authenticate
+from app.schemas import BatchCreate, BatchItem, BatchResponse, EvaluationCreate, ItemError, JobList, JobView
+from app.service import SubmissionError
+from app.views import clean_errors, http_error, job_view, not_found
 from worker.jobs.store import TERMINAL_STATUSES, Job, public_job
 from worker.jobs.store.json_text import to_json_text
-
-from .auth import Principal, authenticate
-from .schemas import BatchCreate, BatchItem, BatchResponse, EvaluationCreate, ItemError, JobList, JobView
-from .service import SubmissionError
-from .views import clean_errors, http_error, job_view, not_found
 
 router = APIRouter(prefix="/v1", tags=["evaluations"])
 

@@ -16,26 +16,21 @@ import asyncio
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import ValidationError
 
-from kerneljudge.adapters.common import (
-    DEFAULT_FALLBACK_REWARD,
-    Outcome,
-    outcome_from_done,
-    outcome_from_failure,
-)
-from kerneljudge.adapters.openrlhf import (
+from app.auth import Principal, authenticate_bearer_or_query
+from app.schemas import EvaluationCreate, RewardRequest
+from app.service import SubmissionError
+from contract.get_reward import (
     GetRewardRequestError,
     GetRewardResponse,
     RewardRequestItem,
     parse_get_reward_request,
     response_from_outcomes,
 )
-from worker.engine.reward import validate_preset
+from contract.outcomes import DEFAULT_FALLBACK_REWARD, Outcome, outcome_from_done, outcome_from_failure
+from contract.requests import EvalOptions
+from contract.results import EvalResult
+from worker.engine.verdict.reward import validate_preset
 from worker.jobs.store import Job
-from worker.models import EvalOptions, EvalResult
-
-from .auth import Principal, authenticate_bearer_or_query
-from .schemas import EvaluationCreate, RewardRequest
-from .service import SubmissionError
 
 router = APIRouter(tags=["trainers"])
 

@@ -10,11 +10,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from worker.jobs.store import Problem
-from worker.jobs.store.records import iso_time
-
-from .auth import Principal, authenticate
-from .schemas import (
+from app.auth import Principal, authenticate
+from app.schemas import (
     PROBLEM_ID_PATTERN,
     Health,
     ItemError,
@@ -26,7 +23,9 @@ from .schemas import (
     ProblemView,
     Readiness,
 )
-from .views import clean_errors, not_found
+from app.views import clean_errors, not_found
+from worker.jobs.store import Problem
+from worker.jobs.store.records import iso_time
 
 log = logging.getLogger(__name__)
 

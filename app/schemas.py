@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from kerneljudge.models import Job as JobView
-from worker.models import MAX_SOURCE_BYTES, EvalOptions, PolicyProfile
+from contract.http_objects import Job as JobView
+from contract.requests import MAX_SOURCE_BYTES, EvalOptions, PolicyProfile
 
 PROBLEM_ID_PATTERN = r"^[0-9a-f]{64}$"
 # A completion carries reasoning and prose around the code: allow more than one source's worth.
@@ -71,7 +71,7 @@ class EvaluationCreate(BaseModel):
     @field_validator("options")
     @classmethod
     def _known_reward_preset(cls, value: EvalOptions) -> EvalOptions:
-        from worker.engine.reward import validate_preset
+        from worker.engine.verdict.reward import validate_preset
 
         validate_preset(value.reward_preset, value.reward_weights)
         return value

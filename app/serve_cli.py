@@ -39,7 +39,7 @@ def is_loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .settings import Settings
+    from app.settings import Settings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from worker.engine.sandbox.spawner import start_spawner
@@ -81,11 +81,11 @@ def run(args: argparse.Namespace) -> int:
         # Embedded workers run here: make sure the sandbox works before accepting jobs (refuse to start
         # when it does not), then prove the real path with one evaluation in the background; /v1/ready
         # stays false until it passes.
+        from contract.statuses import Device
         from worker.engine.sandbox import SandboxUnavailable
         from worker.engine.sandbox.selfcheck import require_working_sandbox
         from worker.engine.settings import EngineSettings
         from worker.engine.startup_check import StartupCheckRun
-        from worker.models import Device
 
         engine_settings = EngineSettings.from_env()
         use_gpu = settings.device != "cpu" and os.path.exists("/dev/nvidiactl")
@@ -105,14 +105,14 @@ def run(args: argparse.Namespace) -> int:
         startup_check = StartupCheckRun(engine_settings, Device.cuda if use_gpu else Device.cpu, gpus).start()
     pch_warmup = None
     if not settings.broker_url:  # embedded workers that build CUDA: the precompiled header now, not on a job's path
-        from worker.engine.build import start_pch_warmup
+        from worker.engine.build.builder import start_pch_warmup
         from worker.engine.settings import EngineSettings
 
         pch_warmup = start_pch_warmup(EngineSettings.from_env(), settings.device)
 
     import uvicorn
 
-    from .main import create_app
+    from app.main import create_app
 
     app = create_app(settings)
     app.state.startup_check = startup_check

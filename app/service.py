@@ -12,13 +12,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from app.auth import Principal
+from app.dispatch import DispatchError
+from app.schemas import EvaluationCreate
+from app.settings import Settings
+from worker.jobs.callback_target import CallbackRefused, check_destination
 from worker.jobs.store import IdempotencyConflict, Job, JobStore, NewJob
-from worker.jobs.store.callback_target import CallbackRefused, check_destination
-
-from .auth import Principal
-from .dispatch import DispatchError
-from .schemas import EvaluationCreate
-from .settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ class Submitter:
             if extraction.ok:
                 submission["candidate"] = extraction.code
             else:
-                from worker.jobs.store.runner import extraction_failure_result
+                from worker.jobs.engine_call import extraction_failure_result
 
                 result = extraction_failure_result(options, extraction.message)
                 verdict = result["status"]

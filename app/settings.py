@@ -24,7 +24,7 @@ KERNELJUDGE_REWARD_WAIT_S, KERNELJUDGE_RATE_LIMIT (requests/s per key), KERNELJU
 KERNELJUDGE_MAX_ACTIVE_PER_KEY, KERNELJUDGE_MAX_QUEUE, KERNELJUDGE_ALLOW_UNSANDBOXED,
 KERNELJUDGE_JOB_TIME_LIMIT_S (a job in flight longer than this is failed)
 KERNELJUDGE_CALLBACK_SECRET signs callbacks; without it `callback_url` is refused
-KERNELJUDGE_CALLBACK_ALLOW  non-public hosts/CIDRs callbacks may still reach (worker/jobs/store/callback_target.py)
+KERNELJUDGE_CALLBACK_ALLOW  non-public hosts/CIDRs callbacks may still reach (worker/jobs/callback_target.py)
 """
 
 from __future__ import annotations
@@ -35,15 +35,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.jobs.store.callbacks import CallbackConfig
+from app.caps import JobCaps
+from worker.jobs.callbacks import CallbackConfig
 from worker.jobs.store.jobs import (
     DEFAULT_JOB_TIME_LIMIT_S,
     default_data_dir,
     job_time_limit_from_env,
     sqlite_url,
 )
-
-from .caps import JobCaps
 
 # A rule's short id: a static rule (KJ308) or a runtime one (KJ-R20), optionally followed by its name.
 _RULE_ID = re.compile(r"^(KJ\d{3}|KJ-R\d{2})(-[a-z0-9-]+)?$")

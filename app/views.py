@@ -8,10 +8,9 @@ from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from app.schemas import JobView
+from app.service import SubmissionError
 from worker.jobs.store import Job, public_job
-
-from .schemas import JobView
-from .service import SubmissionError
 
 log = logging.getLogger(__name__)
 

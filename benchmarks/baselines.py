@@ -19,9 +19,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.results import EvalResult
+from contract.statuses import Device
 from worker import engine
 from worker.engine.settings import EngineSettings
-from worker.models import Device, EvalOptions, EvalRequest, EvalResult
 from worker.problem_library.catalog import LibraryProblem, select
 
 HONEST = ("triton_ok", "cuda_ok", "numba_ok")
@@ -36,7 +38,7 @@ def _fmt(value: float | None, spec: str) -> str:
 def row(problem: str, kind: str, result: EvalResult) -> list[str]:
     """One table row: the candidate's speedup against both baselines, and why one is missing."""
     timing = result.timing
-    compiled = result.extra.get("compile_baseline") or {}
+    compiled = result.extra.compile_baseline or {}
     eager_ms = timing.reference.median_ms if timing else None
     compile_ms = timing.compile_reference_median_ms if timing else None
     note = ""

@@ -30,11 +30,11 @@ from pathlib import Path
 
 import torch
 
-from worker.engine import build
-from worker.engine.cuda_build import pool
+from contract.statuses import SandboxKind
+from worker.engine.build import builder as build
+from worker.engine.build import pool
 from worker.engine.launch import UserFailure
 from worker.engine.settings import EngineSettings
-from worker.models import SandboxKind
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpora" / "kernelbench-sft"
@@ -132,8 +132,8 @@ def run_seconds(result) -> float:
 
 def device_check(rows: list[Row], settings: EngineSettings, deadline: float, write) -> None:
     """Evaluate each candidate with its fast build and with its full build; compare (until `deadline`)."""
+    from contract.requests import EvalOptions, EvalRequest
     from worker.engine import evaluate
-    from worker.models import EvalOptions, EvalRequest
 
     for row in rows:
         if time.monotonic() > deadline:

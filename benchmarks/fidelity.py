@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.results import EvalResult
+from contract.statuses import Device, EvalStatus
 from worker import engine
 from worker.engine.settings import EngineSettings
-from worker.models import Device, EvalOptions, EvalRequest, EvalResult, EvalStatus
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "kernelbench-sft"
 CHECK_TIMEOUT_S = 600
@@ -64,7 +66,8 @@ def build_all(pairs: list[Pair], args, settings: EngineSettings) -> None:
         prepared = engine.prepare(_request(pair, args), settings=settings)
         if isinstance(prepared, EvalResult):
             return f"{pair.id}: {prepared.status.value} ({time.monotonic() - start:.1f} s)"
-        path = (prepared.builder.extra.get("build") or {}).get("path", "?")
+        build = prepared.builder.extra.build
+        path = (build.path if build else None) or "?"
         prepared.discard()
         return f"{pair.id}: built ({path}, {time.monotonic() - start:.1f} s)"
 
@@ -114,7 +117,7 @@ def evaluate_pair(pair: Pair, args, settings: EngineSettings) -> dict:
         "shape_trial": (result.correctness.shape_trial.message if result.correctness and
                         result.correctness.shape_trial else None),
         "judged": result.judged,
-        "build": result.extra.get("build"), "stages": result.stages, "engine_s": round(engine_s, 1),
+        "build": result.extra.build.model_dump() if result.extra.build else None, "stages": result.stages, "engine_s": round(engine_s, 1),
         "independent": independent,
         "gpu": result.environment.gpu_name if result.environment else None,
     }

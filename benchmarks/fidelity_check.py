@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from worker.engine.correctness import tolerance_for
+from sandbox_side.judging.correctness import tolerance_for
 
 
 def _use_prebuilt_extensions(ext_dir: Path | None) -> None:

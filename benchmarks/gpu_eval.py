@@ -22,11 +22,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.results import EvalResult
+from contract.statuses import Device
 from worker import engine
 from worker.engine.sandbox.bwrap import gpu_device_nodes
 from worker.engine.sandbox.selfcheck import check_sandbox
 from worker.engine.settings import EngineSettings
-from worker.models import Device, EvalOptions, EvalRequest, EvalResult
 from worker.problem_library.catalog import LIBRARY_DIR
 
 PROBLEMS = LIBRARY_DIR

@@ -16,11 +16,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from worker.engine import build
+from contract.statuses import Backend, SandboxKind
+from worker.engine.build import builder as build
 from worker.engine.launch import UserFailure
 from worker.engine.policy import detect_backend
 from worker.engine.settings import EngineSettings
-from worker.models import Backend, SandboxKind
 
 
 def main() -> int:

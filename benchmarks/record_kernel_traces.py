@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from worker.engine.sandbox_runtime.kernel_trace import trace_forward
+from sandbox_side.runtime.kernel_trace import trace_forward
 
 
 @triton.jit

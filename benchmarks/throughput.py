@@ -392,12 +392,11 @@ def _outcome(job) -> Outcome:
         return Outcome(verdict=f"job {job.status.value}")
     result = job.result
     latency = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
-    extra = result.extra or {}
-    compile_info = extra.get("compile_baseline")
+    compile_info = result.extra.compile_baseline
     error = f"{result.error.kind}: {result.error.message[:400]}" if result.error else None
     return Outcome(verdict=result.status.value, speedup=result.speedup, latency_s=latency, stages=dict(result.stages),
                    error=error,
-                   reference_cache=extra.get("reference_cache"),
+                   reference_cache=result.extra.reference_cache,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None)
 
 
@@ -523,10 +522,11 @@ def run_serial(phase: Phase, pairs: list[Pair], device: str, options: dict, dead
     """Every distinct pair prepared first (builds in parallel, untimed), then executed one at a time (timed):
     the serial evaluator with its builds done beforehand. The compile baseline is off here (a serial
     evaluator does not compile the reference; the comparison is of verdicts and eager speedups)."""
+    from contract.requests import EvalRequest
+    from contract.results import EvalResult
     from worker import engine
-    from worker.engine.cuda_build.pool import build_slots
+    from worker.engine.build.pool import build_slots
     from worker.engine.settings import EngineSettings
-    from worker.models import EvalRequest, EvalResult
 
     settings = EngineSettings.from_env()
     settings.compile_baseline = False

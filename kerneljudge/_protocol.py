@@ -18,10 +18,9 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import ValidationError
 
-from worker.models import ErrorInfo
-
-from .errors import ApiError
-from .models import BatchEntry, Job, Problem, SubmitItem
+from contract.http_objects import BatchEntry, Job, Problem, SubmitItem
+from contract.results import ErrorInfo
+from kerneljudge.errors import ApiError
 
 T = TypeVar("T")
 # What a call's answer parses into: a call that answers a list of jobs is a call that answers jobs.

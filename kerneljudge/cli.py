@@ -13,13 +13,13 @@ import sys
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("worker.engine.eval_cli", "evaluate a candidate against a reference locally (sandboxed)"),
-    "build": ("worker.engine.build_cli", "build a CUDA candidate without a GPU, as the service does (fast or full path)"),
+    "build": ("worker.engine.build.build_cli", "build a CUDA candidate without a GPU, as the service does (fast or full path)"),
     "serve": ("app.serve_cli", "run the HTTP API with embedded local workers"),
     "worker": ("worker.jobs.celery_cli", "run Celery GPU workers against a Redis broker"),
     "submit": ("kerneljudge.cli_client", "submit one evaluation to a server"),
     "status": ("kerneljudge.cli_client", "show an evaluation's status"),
     "batch": ("kerneljudge.cli_client", "submit a folder or JSONL file of candidates, write results as JSONL"),
-    "problems": ("kerneljudge.cli_problems", "list, show, register or export the bundled problem library"),
+    "problems": ("worker.problem_library.problems_cli", "list, show, register or export the bundled problem library"),
 }
 
 

@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .client import KernelJudgeClient
-from .errors import KernelJudgeError
-from .models import Job, JobStatus
+from contract.http_objects import Job
+from contract.statuses import JobStatus
+from kerneljudge.client import KernelJudgeClient
+from kerneljudge.errors import KernelJudgeError
 
 MULTI_COMMAND = True
 CANDIDATE_SUFFIXES = {".py": "candidate", ".md": "completion", ".txt": "completion"}

@@ -20,17 +20,18 @@ from typing import Any, TypeVar
 
 import httpx
 
-from worker.models import EvalOptions, EvalResult
-
-from . import _protocol as proto
-from .errors import (
+from contract.http_objects import BatchEntry, Job, Problem, SubmitItem
+from contract.requests import EvalOptions
+from contract.results import EvalResult
+from contract.statuses import JobStatus
+from kerneljudge import _protocol as proto
+from kerneljudge.errors import (
     ApiError,
     EvaluationTimeoutError,
     JobFailedError,
     KernelJudgeError,
     ServiceUnavailableError,
 )
-from .models import BatchEntry, Job, JobStatus, Problem, SubmitItem
 
 T = TypeVar("T")
 log = logging.getLogger("kerneljudge.client")

@@ -55,7 +55,7 @@ fi
 "$py" -m pip install --quiet -e ".[$extra]"
 if [ "$extra" = dev ]; then
     # nvcc for building CUDA candidates without a CUDA install (tests/build): NVIDIA's pip wheels. The
-    # CPU torch wheel lacks one generated header; worker/engine/cuda_build/support/ has a stub for it.
+    # CPU torch wheel lacks one generated header; sandbox_side/build/support/ has a stub for it.
     "$py" -m pip install --quiet nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
         nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
 fi

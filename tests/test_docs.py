@@ -111,8 +111,8 @@ VERDICTS_DOC = REPO / "docs" / "verdicts-and-rules.md"
 
 
 def test_the_error_kinds_table_lists_exactly_the_error_kinds():
-    """docs/verdicts-and-rules.md's `error.kind` table against worker.models.ErrorKind, both ways."""
-    from worker.models import ErrorKind
+    """docs/verdicts-and-rules.md's `error.kind` table against contract.results.ErrorKind, both ways."""
+    from contract.results import ErrorKind
 
     text = VERDICTS_DOC.read_text()
     table = text[text.index("### Error kinds"):]

@@ -10,7 +10,7 @@ import platform
 import sys
 from pathlib import Path
 
-from worker.models import Device
+from contract.statuses import Device
 
 from .corpus import load_corpus
 from .report import markdown, text_table

@@ -8,7 +8,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from worker.models import Device, EvalOptions, EvalRequest, EvalStatus, PolicyConfig, RuleHit, StageLimits
+from contract.requests import EvalOptions, EvalRequest, PolicyConfig, StageLimits
+from contract.results import RuleHit
+from contract.statuses import Device, EvalStatus
 from worker.engine.policy import check_candidate
 
 from .corpus import RedteamCase

@@ -11,60 +11,24 @@ Outcome of one sample (`Outcome`):
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from worker.models import EvalOptions, EvalResult
-
-from ..client import AsyncKernelJudgeClient, KernelJudgeClient
-from ..errors import KernelJudgeError
-from ..models import Job, JobStatus, SubmitItem
+from contract.get_reward import ReferenceSpec
+from contract.http_objects import SubmitItem
+from contract.outcomes import (
+    Outcome,
+    outcome_from_failure,
+    outcome_from_job,
+)
+from contract.requests import EvalOptions
+from kerneljudge.client import AsyncKernelJudgeClient, KernelJudgeClient
+from kerneljudge.errors import KernelJudgeError
 
 log = logging.getLogger("kerneljudge.adapters")
 
-DEFAULT_FALLBACK_REWARD = 0.0
-# Components reported per sample (metrics/logs), in this order.
-LOGGED_COMPONENTS = ("format", "compiled", "correct", "speedup")
 
-
-@dataclass(frozen=True)
-class ReferenceSpec:
-    """What to compare against: a reference source, or the id of a problem registered on the server."""
-
-    reference: str | None = None
-    problem_id: str | None = None
-
-
-def parse_reference_label(label: Any) -> ReferenceSpec:
-    """Read a dataset label: {"reference": src} / {"problem_id": id}, its JSON string, a source, or an id.
-
-    A plain string with a newline (or a `class Model`) is a reference source; a single token is a problem id.
-    """
-    if isinstance(label, str):
-        stripped = label.strip()
-        if stripped.startswith("{"):
-            try:
-                label = json.loads(stripped)
-            except ValueError:
-                raise ValueError("label looks like JSON but does not parse; send {\"reference\": ...} or "
-                                 "{\"problem_id\": ...}") from None
-        elif "\n" in stripped or "class Model" in stripped:
-            return ReferenceSpec(reference=label)
-        elif stripped and len(stripped.split()) == 1:
-            return ReferenceSpec(problem_id=stripped)
-        else:
-            raise ValueError("label is empty or is neither a reference source nor a problem id")
-    if isinstance(label, Mapping):
-        reference, problem_id = label.get("reference"), label.get("problem_id")
-        if isinstance(reference, str) and reference.strip() and problem_id is None:
-            return ReferenceSpec(reference=reference)
-        if isinstance(problem_id, str) and problem_id.strip() and reference is None:
-            return ReferenceSpec(problem_id=problem_id.strip())
-        raise ValueError("label must give exactly one of `reference` (source) or `problem_id` (a string)")
-    raise ValueError(f"label of type {type(label).__name__} is not usable; give a reference source or problem id")
 
 
 def completion_text(completion: Any) -> str:
@@ -103,54 +67,6 @@ def _content_text(content: Any) -> str:
     if isinstance(content, Sequence):  # multi-part content: [{"type": "text", "text": ...}, ...]
         return "".join(_field(p, "text", "") or "" for p in content if _field(p, "type", None) == "text")
     return ""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    reward: float
-    components: dict[str, float] = field(default_factory=dict)
-    status: str = "fallback"  # the verdict's status (ok, incorrect, ...) or "fallback"
-    reason: str | None = None  # why the fallback reward was given
-    job_id: str | None = None
-    correct: bool = False  # the verdict's `correct`: passed every trial and was not rejected
-
-    @property
-    def fallback(self) -> bool:
-        return self.reason is not None
-
-    def metrics(self) -> dict[str, float]:
-        values = {name: float(self.components.get(name, 0.0)) for name in LOGGED_COMPONENTS}
-        values["correct"] = 1.0 if self.correct else 0.0  # the verdict's, not the reward formula's input
-        values["fallback"] = 1.0 if self.fallback else 0.0
-        return values
-
-
-def outcome_from_result(result: EvalResult, job_id: str | None = None) -> Outcome:
-    return Outcome(result.reward, dict(result.reward_components), result.status.value, None, job_id,
-                   correct=result.correct)
-
-
-def outcome_from_failure(reason: str, fallback_reward: float, job_id: str | None = None) -> Outcome:
-    return Outcome(fallback_reward, {}, "fallback", reason, job_id)
-
-
-def outcome_from_done(result: EvalResult, job_id: str | None, fallback_reward: float) -> Outcome:
-    """A finished job's outcome: its verdict, or the fallback when the result is no verdict (the harness failed)."""
-    if not result.judged:
-        error = result.error
-        why = f"{error.kind}: {error.message}" if error else "the harness failed"
-        return outcome_from_failure(f"job {job_id}: no verdict ({result.status.value}, {why})"[:2000],
-                                    fallback_reward, job_id)
-    return outcome_from_result(result, job_id)
-
-
-def outcome_from_job(job: Job, fallback_reward: float) -> Outcome:
-    if job.status is JobStatus.done and job.result is not None:
-        return outcome_from_done(job.result, job.id, fallback_reward)
-    if not job.finished:
-        return outcome_from_failure(f"job {job.id} still {job.status.value} at the deadline", fallback_reward, job.id)
-    return outcome_from_failure(f"job {job.id} {job.status.value}: {job.error_message or 'no reason given'}",
-                                fallback_reward, job.id)
 
 
 def log_fallbacks(outcomes: Sequence[Outcome], adapter: str) -> None:

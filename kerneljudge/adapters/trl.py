@@ -13,18 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from worker.models import EvalOptions
-
-from ..client import AsyncKernelJudgeClient
-from .common import (
-    DEFAULT_FALLBACK_REWARD,
-    Outcome,
-    ReferenceSpec,
-    completion_text,
-    log_fallbacks,
-    parse_reference_label,
-    score_batch,
-)
+from contract.get_reward import ReferenceSpec, parse_reference_label
+from contract.outcomes import DEFAULT_FALLBACK_REWARD, Outcome
+from contract.requests import EvalOptions
+from kerneljudge.adapters.common import completion_text, log_fallbacks, score_batch
+from kerneljudge.client import AsyncKernelJudgeClient
 
 MetricsHook = Callable[[dict[str, float]], None]
 

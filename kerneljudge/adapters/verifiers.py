@@ -11,16 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from worker.models import EvalOptions
-
-from ..client import AsyncKernelJudgeClient
-from .common import (
-    DEFAULT_FALLBACK_REWARD,
-    completion_text,
-    log_fallbacks,
-    parse_reference_label,
-    score_batch,
-)
+from contract.get_reward import parse_reference_label
+from contract.outcomes import DEFAULT_FALLBACK_REWARD
+from contract.requests import EvalOptions
+from kerneljudge.adapters.common import completion_text, log_fallbacks, score_batch
+from kerneljudge.client import AsyncKernelJudgeClient
 
 
 def kerneljudge_reward(

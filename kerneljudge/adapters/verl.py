@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from worker.models import EvalOptions
-
-from ..client import KernelJudgeClient
-from .common import DEFAULT_FALLBACK_REWARD, Outcome, outcome_from_failure, parse_reference_label, score_one
+from contract.get_reward import parse_reference_label
+from contract.outcomes import DEFAULT_FALLBACK_REWARD, Outcome, outcome_from_failure
+from contract.requests import EvalOptions
+from kerneljudge.adapters.common import score_one
+from kerneljudge.client import KernelJudgeClient
 
 _clients: dict[tuple[str | None, str | None], KernelJudgeClient] = {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.engine import build
+from worker.engine.build import builder as build
 from worker.engine.settings import EngineSettings
 
 

@@ -6,7 +6,7 @@ import json
 
 from kerneljudge.cli import main
 from tests.build import candidates
-from worker.engine import build
+from worker.engine.build import builder as build
 
 
 def test_build_command_reports_the_path_the_time_and_the_host_check(build_settings, data_dir, tmp_path,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.build import candidates
-from worker.engine import build
+from worker.engine.build import builder as build
 from worker.engine.launch import UserFailure
 
 COPIES = 4

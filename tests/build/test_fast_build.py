@@ -15,12 +15,12 @@ import sys
 import pytest
 import torch
 
+from contract.statuses import SandboxKind
 from tests.build import candidates
-from worker.engine import build
+from worker.engine.build import builder as build
 from worker.engine.launch import RunnerConfig, RunnerPaths, runner_spec
 from worker.engine.sandbox import ResourceLimits, SandboxProcess
 from worker.engine.sandbox.spec import MIB
-from worker.models import SandboxKind
 
 
 def build_candidate(settings, tmp_path, source: str, sandbox: SandboxKind = SandboxKind.bwrap, **kwargs):
@@ -39,8 +39,8 @@ def only_extension(outcome) -> dict:
 # candidate's load_inline, then ninja asked what it would do there.
 NINJA_IN_RUN = r"""
 import json, os, subprocess, sys
-sys.path.insert(0, os.path.dirname(os.environ["KJ_RUNTIME"]))
-from sandbox_runtime.runner import install_built_extension
+sys.path.insert(0, os.environ["KJ_LIB"])
+from sandbox_side.runtime.runner import install_built_extension
 install_built_extension()
 ninja = os.path.join(os.path.dirname(sys.executable), "ninja")
 folder = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "kj_test_plain")
@@ -53,7 +53,7 @@ os.write(int(os.environ["KJ_MSG_FD"]), (json.dumps({"out": done.stdout, "err": d
 def test_plain_candidate_takes_the_fast_path_and_ninja_sees_it_up_to_date_in_the_run(build_settings, tmp_path):
     source = candidates.PLAIN
     outcome = build_candidate(build_settings, tmp_path, source)
-    assert outcome.record.summary()["path"] == "fast", outcome.record
+    assert outcome.record.summary().path == "fast", outcome.record
     extension = only_extension(outcome)
     assert extension["abi_check"] == "loaded; functions: twice_cuda"
     assert extension["merge"] == "" and "host+main" in extension["steps"], "main.cpp and the host half as one unit"

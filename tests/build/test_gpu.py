@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from contract.requests import EvalOptions, EvalRequest
 from tests.build import candidates
 from worker.engine import evaluate
-from worker.models import EvalOptions, EvalRequest
 
 pytestmark = pytest.mark.gpu
 
@@ -19,8 +19,8 @@ def test_fast_build_gets_the_full_builds_verdict_without_rebuilding(monkeypatch)
                               options=EvalOptions(device="cuda", trials=2, timing_budget_s=0.5))
         results[build_path] = evaluate(request)
     fast, full = results["auto"], results["full"]
-    assert fast.extra["build"]["path"] == "fast", fast.extra
-    assert full.extra["build"]["path"] == "full"
+    assert fast.extra.build.path == "fast", fast.extra
+    assert full.extra.build.path == "full"
     assert fast.correct and full.correct
     assert fast.status == full.status
     # Importing the candidate (overlapping the reference stage) runs its load_inline: ninja must find the

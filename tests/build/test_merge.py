@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.engine.cuda_build.merge import merged_source, why_not_merged
+from sandbox_side.build.merge import merged_source, why_not_merged
 
 MAIN = ('#include <torch/extension.h>\n{}\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n'
         'm.def("f", torch::wrap_pybind_function(f), "f");\n}}\n')

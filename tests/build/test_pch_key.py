@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from worker.engine.cuda_build.pch import KEY_FILE, READY, find_pch, pch_key, pch_mismatch
+from sandbox_side.build.pch import KEY_FILE, READY, find_pch, pch_key, pch_mismatch
 
 FLAGS = ["-DTORCH_API_INCLUDE_EXTENSION_H", "-isystem", "/torch/include", "-fPIC", "-std=c++17"]
 
@@ -36,8 +36,8 @@ def test_no_header_at_all_is_said_plainly(tmp_path):
 
 
 def test_builds_get_the_compilers_by_absolute_path_and_see_their_directories(tmp_path, monkeypatch):
-    from worker.engine.build import compiler_mounts
-    from worker.engine.cuda_build.toolchain import find_toolchain
+    from sandbox_side.build.toolchain import find_toolchain
+    from worker.engine.build.builder import compiler_mounts
 
     wrapper = tmp_path / "bin" / "c++"
     wrapper.parent.mkdir()

@@ -18,8 +18,8 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from app import serve_cli
-from worker.engine import build
-from worker.engine.cuda_build.pch import READY
+from sandbox_side.build.pch import READY
+from worker.engine.build import builder as build
 from worker.engine.settings import EngineSettings
 
 FAKE_COMPILER = """#!/bin/sh

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.engine.cuda_build.source_map import SourceMap, map_compiler_log
+from sandbox_side.build.source_map import SourceMap, map_compiler_log
 
 CANDIDATE = '''import torch
 from torch.utils.cpp_extension import load_inline

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch.utils.cpp_extension as cpp_extension
 
+from sandbox_side.build.split import NotSplittable, split_cuda_source
+from sandbox_side.build.toolchain import find_toolchain
 from tests.build import candidates
-from worker.engine.cuda_build.split import NotSplittable, split_cuda_source
-from worker.engine.cuda_build.toolchain import find_toolchain
 
 
 def split(source: str):

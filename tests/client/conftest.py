@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from client.fake_api import FakeApi
 from kerneljudge.client import AsyncKernelJudgeClient, KernelJudgeClient
-
-from .fake_api import FakeApi
 
 REFERENCE = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
 GOOD = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n# speedup=4.0\n"

@@ -18,10 +18,10 @@ from datetime import datetime, timezone
 
 import httpx
 
-from kerneljudge.models import Job
+from contract.http_objects import Job
+from contract.requests import EvalOptions
 from worker.engine.completions import extract_candidate
-from worker.engine.reward import components, compute_reward
-from worker.models import EvalOptions
+from worker.engine.verdict.reward import components, compute_reward
 
 Scripted = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response | None]
 

@@ -14,20 +14,16 @@ import logging
 import httpx
 import pytest
 
+from client.conftest import GOOD, REFERENCE, WRONG
+from contract.get_reward import ReferenceSpec, parse_reference_label
+from contract.http_objects import Job
+from contract.outcomes import outcome_from_failure, outcome_from_job, outcome_from_result
+from contract.requests import EvalOptions
+from contract.results import ErrorInfo, EvalResult
+from contract.statuses import EvalStatus, JobStatus
 from kerneljudge.adapters import openrlhf, trl, verifiers, verl
-from kerneljudge.adapters.common import (
-    ReferenceSpec,
-    outcome_from_failure,
-    outcome_from_job,
-    outcome_from_result,
-    parse_reference_label,
-    score_batch,
-)
+from kerneljudge.adapters.common import score_batch
 from kerneljudge.client import KernelJudgeClient
-from kerneljudge.models import Job, JobStatus
-from worker.models import ErrorInfo, EvalOptions, EvalResult, EvalStatus
-
-from .conftest import GOOD, REFERENCE, WRONG
 
 
 def answer(code: str) -> str:

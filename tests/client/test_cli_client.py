@@ -7,10 +7,9 @@ import json
 
 import pytest
 
+from client.conftest import GOOD, REFERENCE, WRONG
 from kerneljudge import cli, cli_client
 from kerneljudge.client import KernelJudgeClient
-
-from .conftest import GOOD, REFERENCE, WRONG
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,8 @@ import sys
 import httpx
 import pytest
 
+from client.conftest import GOOD, REFERENCE, WRONG
+from contract.statuses import EvalStatus, JobStatus
 from kerneljudge.client import KernelJudgeClient
 from kerneljudge.errors import (
     ApiError,
@@ -17,10 +19,6 @@ from kerneljudge.errors import (
     JobFailedError,
     ServiceUnavailableError,
 )
-from kerneljudge.models import JobStatus
-from worker.models import EvalStatus
-
-from .conftest import GOOD, REFERENCE, WRONG
 
 
 def test_evaluate_returns_typed_result(client, api):

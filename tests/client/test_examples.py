@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from client.conftest import GOOD, REFERENCE, WRONG
 from kerneljudge.adapters import openrlhf, trl, verifiers, verl
 from kerneljudge.client import AsyncKernelJudgeClient, KernelJudgeClient
-
-from .conftest import GOOD, REFERENCE, WRONG
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ["trl_grpo.py", "verl_reward.py", "openrlhf_reward_func.py", "verifiers_env.py"]
@@ -56,7 +55,7 @@ def test_verl_example():
 def test_openrlhf_example():
     """The file-mode answer as OpenRLHF's reader takes it (tests/client/openrlhf_reader.py)."""
     pytest.importorskip("torch")  # the reader builds tensors, as OpenRLHF does
-    from .openrlhf_reader import keep_group, read_sample_answer
+    from client.openrlhf_reader import keep_group, read_sample_answer
 
     prompt = "Write ModelNew.\n"
     reward_func = load("openrlhf_reward_func.py").reward_func

@@ -31,12 +31,11 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
 from trl import GRPOConfig, GRPOTrainer
 from verifiers.clients import OpenAIChatCompletionsClient
 
+from client.conftest import GOOD, REFERENCE, WRONG
+from client.test_examples import load
 from kerneljudge.adapters import trl as trl_adapter
 from kerneljudge.adapters import verifiers as verifiers_adapter
 from kerneljudge.client import AsyncKernelJudgeClient
-
-from .conftest import GOOD, REFERENCE, WRONG
-from .test_examples import load
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")

@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from worker.engine.reward import PRESET_NAMES, UnknownPresetError, components, compute_reward, validate_preset
+from worker.engine.verdict.reward import (
+    PRESET_NAMES,
+    UnknownPresetError,
+    components,
+    compute_reward,
+    validate_preset,
+)
 
 
 def comps(compiled=True, correct=True, speedup=1.0, extracted=True):

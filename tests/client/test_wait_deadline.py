@@ -13,10 +13,9 @@ import itertools
 import httpx
 import pytest
 
+from client.conftest import GOOD, REFERENCE, WRONG
 from kerneljudge.client import FINAL_READ_S, KernelJudgeClient
 from kerneljudge.errors import ApiError, ServiceUnavailableError
-
-from .conftest import GOOD, REFERENCE, WRONG
 
 HANGS = GOOD + "# never finishes\n"
 

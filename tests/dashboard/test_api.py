@@ -7,10 +7,9 @@ from datetime import datetime
 import pytest
 
 from app.settings import key_id_for
+from dashboard.conftest import PROBLEM_NAME, SPAWNING_CANDIDATE, EvaluatedServer
 from tests.service.helpers import ADMIN_KEY, OTHER_KEY, USER_KEY, make_settings, start_server
 from worker.jobs.store import JobStore, NewJob
-
-from .conftest import PROBLEM_NAME, SPAWNING_CANDIDATE, EvaluatedServer
 
 ENDPOINTS = ["session", "live", "outcomes", "speedups", "rules", "stages", "jobs", "jobs/some-id"]
 

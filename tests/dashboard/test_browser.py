@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Route, sync_playwright
 
+from dashboard.conftest import SPAWNING_CANDIDATE
 from tests.service.helpers import USER_KEY, make_settings, start_server
-
-from .conftest import SPAWNING_CANDIDATE
 
 CHROMIUM = os.environ.get("KERNELJUDGE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

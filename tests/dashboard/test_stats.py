@@ -1,4 +1,4 @@
-"""The dashboard's aggregate queries (worker/jobs/store/stats.py) on SQLite and (marked) PostgreSQL.
+"""The dashboard's aggregate queries (app/dashboard_stats.py) on SQLite and (marked) PostgreSQL.
 
 PostgreSQL is shared across runs, so every test makes its own API keys, problems, rule ids and
 stage names (uuid-suffixed) and checks exact numbers only for those.
@@ -10,8 +10,8 @@ import time
 import uuid
 from typing import Any
 
+from app.dashboard_stats import JobStats
 from worker.jobs.store import JobStore, NewJob
-from worker.jobs.store.stats import JobStats
 
 
 def _tag() -> str:

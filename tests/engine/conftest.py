@@ -8,6 +8,9 @@ import textwrap
 
 import pytest
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.results import EvalResult
+
 # The Triton candidate builder and the SiLU kernel it writes by default are shared with the policy tests
 # (tests/conftest.py); the engine tests take them from here, with the SiLU problem.
 from tests.conftest import SILU_KERNEL as SILU_KERNEL
@@ -15,7 +18,6 @@ from tests.conftest import TRITON_HEADER as TRITON_HEADER
 from tests.conftest import triton_candidate as triton_candidate
 from worker.engine import evaluate
 from worker.engine.settings import EngineSettings
-from worker.models import EvalOptions, EvalRequest, EvalResult
 
 SILU_REFERENCE = textwrap.dedent('''
     import torch

@@ -1,4 +1,4 @@
-"""Kernel attribution (worker/engine/attribution.py), fed with profiler events recorded on a GPU.
+"""Kernel attribution (worker/engine/verdict/attribution.py), fed with profiler events recorded on a GPU.
 
 tests/engine/data/kernel_traces_h100.json was written by benchmarks/record_kernel_traces.py on an
 H100 (torch 2.11, triton 3.6): the real names, streams and correlation ids CUPTI reports."""
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.record_kernel_traces import EXPECTED_STREAMS
-from worker.engine.attribution import attribute, kernel_base_name
-from worker.engine.verification import STREAM_RULE, Observations, runtime_rules
-from worker.models import PolicyConfig
+from contract.requests import PolicyConfig
+from worker.engine.verdict.attribution import attribute, kernel_base_name
+from worker.engine.verdict.verification import STREAM_RULE, Observations, runtime_rules
 
 TRACES = json.loads((Path(__file__).parent / "data" / "kernel_traces_h100.json").read_text())["cases"]
 OWN = frozenset({"silu_kernel"})

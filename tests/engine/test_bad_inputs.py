@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
-from worker.models import EvalStatus
 
 
 def test_syntax_error_in_candidate_names_the_line(run_eval):

@@ -8,9 +8,8 @@ from collections import Counter
 
 import pytest
 
-from worker.models import EvalStatus
-
-from .conftest import SILU_REFERENCE, triton_candidate
+from contract.statuses import EvalStatus
+from engine.conftest import SILU_REFERENCE, triton_candidate
 
 PRINTING_SILU = triton_candidate('''
     print("cand: forward")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from worker.engine.clock_check import RULE, check, outside_ms, rule_hits
-from worker.engine.timing_protocol import PairedWindow, TimedBlock
+from worker.engine.timing.clock_check import RULE, check, outside_ms, rule_hits
+from worker.engine.timing.timing_protocol import PairedWindow, TimedBlock
 
 LOOP_MS = 0.12  # per call outside the samples: flush, sync, the loop
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
-from worker.engine import baselines
-from worker.engine.baselines import COMPILE_BASELINE, REFERENCE_TIMING, BaselineKey
-from worker.models import EvalStatus
+from worker.engine.timing import baselines
+from worker.engine.timing.baselines import COMPILE_BASELINE, REFERENCE_TIMING, BaselineKey
 
 # Small timing so that the Triton interpreter's candidate stays quick.
 TIMING = {"timing": True, "timing_budget_s": 0.2, "timing_min_runs": 3, "timing_max_runs": 5, "trials": 2}
@@ -23,7 +23,7 @@ def test_a_job_rewarded_against_compile_waits_for_the_baseline_and_later_jobs_re
     first = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4101, compile_baseline=True, reward_preset="log_speedup",
                      reward_baseline="compile", **TIMING)
     assert first.status == EvalStatus.ok, first.error
-    info = first.extra["compile_baseline"]
+    info = first.extra.compile_baseline
     assert info["state"] == "waited" and info["available"] is True and info["compile_s"] > 0
     timing = first.timing
     assert timing is not None and timing.compile_baseline_missing is None
@@ -39,8 +39,8 @@ def test_a_job_rewarded_against_compile_waits_for_the_baseline_and_later_jobs_re
 
     second = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4101, compile_baseline=True, **TIMING)
     assert second.status == EvalStatus.ok, second.error
-    assert second.extra["reference_cache"] == "hit"
-    assert second.extra["compile_baseline"]["state"] == "attached", "measured once, persisted, reused"
+    assert second.extra.reference_cache == "hit"
+    assert second.extra.compile_baseline["state"] == "attached", "measured once, persisted, reused"
     assert settings.baseline_book().get(BaselineKey.of(SILU_REFERENCE, "cpu", None), COMPILE_BASELINE) is record
     assert second.reward_components["speedup"] == second.speedup, "the eager baseline is the default"
     # The eager reference's timing is persisted too (it sizes later jobs' timing windows).
@@ -54,7 +54,7 @@ def test_in_the_service_a_job_that_does_not_reward_compile_does_not_wait_and_say
     settings.gpu_schedule = GpuSchedule("cpu0")  # the service's lane (the engine alone always waits)
     result = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4104, compile_baseline=True, **TIMING)
     assert result.status == EvalStatus.ok, result.error
-    assert result.extra["compile_baseline"] == {"state": "pending"}
+    assert result.extra.compile_baseline == {"state": "pending"}
     assert result.timing is not None and result.timing.compile_speedup is None
     assert result.timing.compile_baseline_missing.startswith("pending")
 
@@ -67,16 +67,16 @@ def test_a_reference_torch_compile_cannot_compile_still_gets_an_eager_verdict(ru
     assert result.timing.compile_speedup is None and result.timing.compile_reference is None
     assert "torch.compile failed" in result.timing.compile_baseline_missing
     assert "InvalidCxxCompiler" in result.timing.compile_baseline_missing
-    assert result.extra["compile_baseline"]["available"] is False
+    assert result.extra.compile_baseline["available"] is False
     # The reward falls back to the eager speedup and says why.
     assert result.reward_components["speedup"] == result.speedup
-    assert result.extra["reward_baseline"]["used"] == "eager"
+    assert result.extra.reward_baseline.used == "eager"
 
 
 def test_the_compile_baseline_is_off_by_default_on_cpu(run_eval):
     result = run_eval(SILU_REFERENCE, HONEST_SILU, seed=4103, **TIMING)
     assert result.status == EvalStatus.ok, result.error
-    assert "compile_baseline" not in result.extra
+    assert result.extra.compile_baseline is None
     assert result.timing is not None and result.timing.compile_speedup is None
     assert "off by default on cpu" in result.timing.compile_baseline_missing
 
@@ -84,9 +84,9 @@ def test_the_compile_baseline_is_off_by_default_on_cpu(run_eval):
 def test_a_compiled_reference_that_disagrees_with_the_eager_one_is_no_baseline():
     import torch
 
-    from worker.engine import correctness
-    from worker.engine.sandbox_runtime.compile_baseline import compile_reference
-    from worker.engine.sandbox_runtime.loader import to_storable
+    from sandbox_side.judging import correctness
+    from sandbox_side.judging.compiled_reference import compile_reference
+    from sandbox_side.runtime.loader import to_storable
 
     class CompilesDifferently(torch.nn.Module):
         def forward(self, x):
@@ -105,9 +105,9 @@ def test_a_compiled_reference_that_disagrees_with_the_eager_one_is_no_baseline()
 
 
 def test_the_worker_switch_and_the_job_option_turn_the_baseline_off():
-    from worker.engine.compile_baseline import off_reason
+    from contract.requests import EvalOptions
     from worker.engine.settings import EngineSettings
-    from worker.models import EvalOptions
+    from worker.engine.timing.compile_baseline import off_reason
 
     settings = EngineSettings()
     cuda = EvalOptions(device="cuda")

@@ -7,12 +7,12 @@ import textwrap
 import pytest
 import torch
 
+from contract.statuses import EvalStatus
+from sandbox_side.judging.correctness import Outputs, compare_with_truth
+from sandbox_side.judging.discrimination import discriminate
+from sandbox_side.judging.input_checks import check_inputs
+from sandbox_side.judging.precision import precision_check
 from tests.engine.conftest import TRITON_HEADER
-from worker.engine.correctness import Outputs, compare_with_truth
-from worker.engine.discrimination import discriminate
-from worker.engine.input_checks import check_inputs
-from worker.engine.precision import precision_check
-from worker.models import EvalStatus
 
 
 def _out(*values: float) -> Outputs:
@@ -198,7 +198,7 @@ CONSTANT_HALF = TRITON_HEADER + textwrap.dedent('''
 def test_perturbed_inputs_make_a_near_constant_mean_move(run_eval):
     result = run_eval(SIGMOID_MEAN, CONSTANT_HALF, atol=1e-2, rtol=1e-2)
     assert result.status == EvalStatus.incorrect
-    assert result.extra["perturbed_trials"] and not result.correctness.degenerate_reference
+    assert result.extra.perturbed_trials and not result.correctness.degenerate_reference
     assert not all(trial.passed for trial in result.correctness.trials)
 
 

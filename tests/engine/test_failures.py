@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import socket
 
+from contract.requests import PolicyConfig, StageLimits
+from contract.statuses import EvalStatus
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
 from worker.engine.policy.registry import RULES
-from worker.models import EvalStatus, PolicyConfig, StageLimits
 
 NO_STATIC_POLICY = PolicyConfig(disabled_rules=[rule.id for rule in RULES])
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.redteam.corpus import load_corpus
+from contract.statuses import EvalStatus
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
 from tests.engine.test_failures import NO_STATIC_POLICY
 from tests.problems_util import load_problem
-from worker.models import EvalStatus
 
 pytestmark = pytest.mark.gpu
 
@@ -111,7 +111,7 @@ HIDDEN_TORCH_SILU = triton_candidate('''
 
 
 def test_coverage_on_gpu_counts_hidden_pytorch_compute(run_eval):
-    from worker.models import PolicyConfig
+    from contract.requests import PolicyConfig
 
     problem = load_problem("elementwise")
     honest = run_eval(problem.reference, problem.triton_ok, device="cuda")

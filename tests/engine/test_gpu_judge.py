@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
 from tests.engine.test_failures import LAUNCH, NO_STATIC_POLICY
 from tests.problems_util import load_problem
-from worker.models import EvalStatus
 
 pytestmark = pytest.mark.gpu
 
@@ -18,7 +18,7 @@ def test_a_cached_judge_compares_on_the_gpu_and_keeps_verdicts_identical(run_eva
     first = run_eval(BIG_SILU_REFERENCE, HONEST_SILU, device="cuda", seed=5, timing=True, timing_budget_s=0.5)
     second = run_eval(BIG_SILU_REFERENCE, HONEST_SILU, device="cuda", seed=5, timing=True, timing_budget_s=0.5)
     assert first.status == second.status == EvalStatus.ok, (first.error, second.error)
-    assert second.extra["reference_cache"] == "hit"
+    assert second.extra.reference_cache == "hit"
     assert [t.max_abs_error for t in first.correctness.trials] == [t.max_abs_error for t in second.correctness.trials]
     # The reference is timed in every job, interleaved with the candidate, and both agree with the clock.
     assert second.timing.reference_age_s == 0 and second.timing.pairs >= 2
@@ -41,7 +41,7 @@ def bad_kernel(x_ptr, y_ptr, offset, BLOCK: tl.constexpr):
     broken = run_eval(SILU_REFERENCE, illegal, device="cuda", seed=9, policy=NO_STATIC_POLICY)
     again = run_eval(SILU_REFERENCE, HONEST_SILU, device="cuda", seed=9)
     assert broken.status in (EvalStatus.runtime_error, EvalStatus.incorrect)
-    assert honest.status == again.status == EvalStatus.ok and again.extra["reference_cache"] == "hit"
+    assert honest.status == again.status == EvalStatus.ok and again.extra.reference_cache == "hit"
 
 
 def test_a_large_output_goes_through_the_pipes_and_a_wrong_cuda_candidate_fails(run_eval):
@@ -50,7 +50,7 @@ def test_a_large_output_goes_through_the_pipes_and_a_wrong_cuda_candidate_fails(
     wrong = run_eval(problem.reference, problem.triton_wrong, device="cuda")
     assert ok.status == EvalStatus.ok, ok.error
     assert wrong.status == EvalStatus.incorrect
-    assert ok.timing.candidate.n >= 10 and ok.extra["timing_runs"]["candidate"] == ok.timing.candidate.n
+    assert ok.timing.candidate.n >= 10 and ok.extra.timing_runs.candidate == ok.timing.candidate.n
 
 
 def test_replayed_outputs_during_timing_are_caught_on_the_gpu(run_eval):

@@ -4,10 +4,10 @@ that GPU 0: naming it by its host index failed every judge of the second GPU of 
 
 from __future__ import annotations
 
+from contract.statuses import SandboxKind
 from worker.engine import gpu_arch
 from worker.engine.launch import RunnerConfig, RunnerPaths, runner_spec
 from worker.engine.sandbox import ResourceLimits
-from worker.models import SandboxKind
 
 
 def test_a_lane_names_its_gpu_by_uuid_when_known_else_as_the_sandboxs_only_gpu(monkeypatch, settings):

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import uuid
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
 from worker.engine import evaluate, sandbox_pool
 from worker.engine.launch import RunnerSession, UserFailure
-from worker.models import EvalOptions, EvalRequest, EvalStatus
 
 NO_GPU = "RuntimeError: No CUDA GPUs are available"
 

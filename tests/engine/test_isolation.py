@@ -3,9 +3,10 @@ problem only, and what one candidate does (crash, hang, planting files) changes 
 
 from __future__ import annotations
 
+from contract.requests import StageLimits
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
 from tests.engine.test_failures import LAUNCH, NO_STATIC_POLICY
-from worker.models import EvalStatus, StageLimits
 
 
 def _verdict(result) -> tuple:
@@ -21,7 +22,7 @@ def test_a_crash_or_hang_in_one_candidate_leaves_the_next_verdicts_unchanged(run
     assert crashed.status == EvalStatus.runtime_error and hung.status == EvalStatus.timeout
     assert first.status == EvalStatus.ok and _verdict(again) == _verdict(first)
     # The same judge served all four: the candidates' failures did not touch it.
-    assert [r.extra["reference_cache"] for r in (crashed, hung, again)] == ["hit", "hit", "hit"]
+    assert [r.extra.reference_cache for r in (crashed, hung, again)] == ["hit", "hit", "hit"]
 
 
 PLANT = triton_candidate(LAUNCH + '''
@@ -63,7 +64,7 @@ for root, dirs, files in os.walk("/"):
     found += [os.path.join(root, d) for d in dirs if "kerneljudge" in d or d.startswith("kj-")]
 others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
 others = [p for p in others if os.path.exists(f"/proc/{p}/cmdline")
-          and b"sandbox_runtime" in open(f"/proc/{p}/cmdline", "rb").read()
+          and b"sandbox_side" in open(f"/proc/{p}/cmdline", "rb").read()
           and int(p) != os.getppid()]
 print("found:", found, "other runners:", others)
 return y if not (found or others) else y * 0

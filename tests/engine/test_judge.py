@@ -10,14 +10,14 @@ import time
 import pytest
 import torch
 
+from contract.requests import EvalOptions
+from sandbox_side.judging.probe_inputs import PROBE_KINDS
+from sandbox_side.runtime import wire
+from sandbox_side.runtime.messages import InputsDone, Payload, RunDone
 from tests.engine.conftest import SILU_REFERENCE
-from worker.engine.judge import JudgeSession
 from worker.engine.launch import UserFailure
-from worker.engine.reference_cache import new_seeds
-from worker.engine.sandbox_runtime import wire
-from worker.engine.sandbox_runtime.messages import InputsDone, Payload, RunDone
-from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS
-from worker.models import EvalOptions
+from worker.engine.reference.judge import JudgeSession
+from worker.engine.reference.reference_cache import new_seeds
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_a_reply_that_is_not_a_run_reply_is_invalid_output(judge):
 # The reference runs beside the comparison code in the judge: here it makes that code run out of memory,
 # the way comparing a 20 GiB output beside other jobs did on a GPU.
 COMPARISON_OUT_OF_MEMORY_REFERENCE = SILU_REFERENCE + textwrap.dedent('''
-    import worker.engine.correctness as comparison
+    import sandbox_side.judging.correctness as comparison
 
     def _out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
 from worker.engine import evaluate
-from worker.engine.judge_start import key_of, warm_reference
-from worker.engine.reference_cache import cache_for
-from worker.models import EvalOptions, EvalRequest, EvalStatus
+from worker.engine.reference.judge_start import key_of, warm_reference
+from worker.engine.reference.reference_cache import cache_for
 
 
 def test_a_judge_started_ahead_serves_the_job_warm(settings):
@@ -23,5 +24,5 @@ def test_a_judge_started_ahead_serves_the_job_warm(settings):
     assert entry.prestarted and entry.miss_cost_s > 0 and entry.held.host_bytes > 0
     result = evaluate(request, settings=settings)
     assert result.status == EvalStatus.ok, result.error
-    assert result.extra["reference_cache"] == "hit"
-    assert result.extra["reference_judge"].startswith("started ahead")
+    assert result.extra.reference_cache == "hit"
+    assert result.extra.reference_judge.startswith("started ahead")

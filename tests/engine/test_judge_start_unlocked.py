@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import uuid
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
 from worker.engine import evaluate
 from worker.engine.gpu_schedule import GpuSchedule
-from worker.engine.judge import JudgeSession
-from worker.models import EvalOptions, EvalRequest, EvalStatus
+from worker.engine.reference.judge import JudgeSession
 
 
 def test_a_judge_starts_without_the_device_and_generates_holding_it_shared(settings, monkeypatch):
@@ -37,5 +38,5 @@ def test_a_judge_starts_without_the_device_and_generates_holding_it_shared(setti
     finally:
         lease.release()
     assert result.status == EvalStatus.ok, result.error
-    assert result.extra["reference_cache"] == "miss"
+    assert result.extra.reference_cache == "miss"
     assert seen == {"launch": 0, "generate": 1}

@@ -1,4 +1,4 @@
-"""The supervisor <-> runner protocol's classes (worker/engine/sandbox_runtime/messages.py): every command and
+"""The supervisor <-> runner protocol's classes (sandbox_side/runtime/messages.py): every command and
 reply goes to its JSON line and back unchanged, the lines are the ones the runners always exchanged, and a
 reply that is not the one expected (malformed, mistyped, another command's) is a protocol failure."""
 
@@ -10,12 +10,11 @@ import json
 
 import pytest
 
-from tests.engine.conftest import SILU_REFERENCE, triton_candidate
-from worker.engine.launch import UserFailure, read_reply
-from worker.engine.sandbox.process import PAYLOAD_KEY
-from worker.engine.sandbox_runtime import messages
-from worker.engine.sandbox_runtime.failure_kind import FailureKind
-from worker.engine.sandbox_runtime.messages import (
+from contract.results import ErrorKind
+from contract.statuses import EvalStatus
+from sandbox_side.runtime import messages
+from sandbox_side.runtime.failure_kind import FailureKind
+from sandbox_side.runtime.messages import (
     CheckTimed,
     Command,
     Compared,
@@ -38,7 +37,9 @@ from worker.engine.sandbox_runtime.messages import (
     VariantsMade,
     decode_command,
 )
-from worker.models import ErrorKind, EvalStatus
+from tests.engine.conftest import SILU_REFERENCE, triton_candidate
+from worker.engine.launch import UserFailure, read_reply
+from worker.engine.sandbox.process import PAYLOAD_KEY
 
 TENSORS = Payload(4, {"tree": {"t": 0}, "tensors": [{"dtype": "torch.float32", "shape": [1], "nbytes": 4}]},
                   b"\0\0\x80?")
@@ -176,8 +177,8 @@ def test_a_runner_reads_only_its_roles_commands():
 
 
 def test_the_runners_tables_hold_each_roles_commands():
-    from worker.engine.sandbox_runtime.judge_process import JudgeRunner
-    from worker.engine.sandbox_runtime.runner import CandidateRunner
+    from sandbox_side.judging.judge_process import JudgeRunner
+    from sandbox_side.runtime.runner import CandidateRunner
 
     def table(runner_class) -> set[str]:
         runner = object.__new__(runner_class)  # its table only: no device, no channel

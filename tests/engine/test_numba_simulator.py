@@ -1,4 +1,4 @@
-"""CPU mode for Numba candidates (worker/engine/sandbox_runtime/numba_simulator.py), in a fresh interpreter
+"""CPU mode for Numba candidates (sandbox_side/runtime/numba_simulator.py), in a fresh interpreter
 under NUMBA_ENABLE_CUDASIM=1 as the sandbox runs it: torch tensors work as device arrays without
 copies, and each launch (not each device-function call) is recorded under the kernel's name."""
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent('''
     import json, sys
     import torch
-    from worker.engine.sandbox_runtime import kernel_trace
+    from sandbox_side.runtime import kernel_trace
     kernel_trace.install_cpu_launch_hooks()
     import numba  # the package alone: the simulator is adapted only when numba.cuda is imported
     adapted_early = "numba.cuda" in sys.modules

@@ -3,12 +3,13 @@ until it has run alone: the engine runs it once more holding the device exclusiv
 
 from __future__ import annotations
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
 from worker.engine import evaluate
 from worker.engine.gpu_schedule import GpuSchedule
-from worker.engine.judge import JudgeSession
 from worker.engine.launch import UserFailure
-from worker.models import EvalOptions, EvalRequest, EvalStatus
+from worker.engine.reference.judge import JudgeSession
 
 # torch raises this class for a failed device allocation (torch.cuda.OutOfMemoryError is the same class).
 OUT_OF_MEMORY = triton_candidate('''
@@ -41,14 +42,14 @@ def test_out_of_memory_beside_other_jobs_is_run_again_alone_before_it_counts(set
     assert result.status == EvalStatus.runtime_error and result.error.kind == "out_of_memory"
     assert "Tried to allocate 20.00 GiB" in result.error.message
     assert "no other job's stage running beside it" in result.error.message
-    assert "beside other jobs" in result.extra["retried_alone"]
+    assert "beside other jobs" in result.extra.retried_alone
 
 
 def test_out_of_memory_on_an_unshared_device_is_the_candidates_at_once(settings):
     result, stages = _evaluate(settings, OUT_OF_MEMORY, sharers=1)
     assert "alone" not in stages and stages.count("candidate") == 1
     assert result.status == EvalStatus.runtime_error and result.error.kind == "out_of_memory"
-    assert "retried_alone" not in result.extra
+    assert result.extra.retried_alone is None
 
 
 # -- the judge's own memory -------------------------------------------------------------------------
@@ -77,7 +78,7 @@ def test_a_judge_out_of_memory_beside_other_jobs_is_retried_alone_and_then_judge
     result, stages = _evaluate(settings, HONEST_SILU, sharers=2)
     assert len(calls) == 2 and "alone" in stages
     assert result.status == EvalStatus.ok and result.judged, result.error
-    assert "Tried to allocate 20.00 GiB" in result.extra["retried_alone"]
+    assert "Tried to allocate 20.00 GiB" in result.extra.retried_alone
 
 
 def test_a_judge_out_of_memory_alone_is_no_verdict(settings, monkeypatch):

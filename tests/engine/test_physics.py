@@ -1,5 +1,5 @@
 """The physics rule (KJ-R06) on CPU, through the whole engine: a forward faster than reading its inputs once
-at the measured copy bandwidth did not read them (worker/engine/physics.py, sandbox_runtime/physics.py)."""
+at the measured copy bandwidth did not read them (worker/engine/verdict/physics.py, sandbox_side/judging/physics_measure.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ import textwrap
 import pytest
 import torch
 
+from contract.requests import PolicyConfig
+from contract.results import CoverageReport, KernelSummary
+from contract.statuses import EvalStatus
+from sandbox_side.judging import physics_measure as judge_physics
 from tests.engine.conftest import TRITON_HEADER
 from tests.problems_util import load_problem
-from worker.engine import physics
-from worker.engine.attribution import Attribution
-from worker.engine.sandbox_runtime import physics as judge_physics
 from worker.engine.settings import EngineSettings
-from worker.engine.verification import Observations, runtime_rules
-from worker.models import CoverageReport, EvalStatus, KernelSummary, PolicyConfig
+from worker.engine.verdict import physics
+from worker.engine.verdict.attribution import Attribution
+from worker.engine.verdict.verification import Observations, runtime_rules
 
 RULE = "KJ-R06-beyond-roofline"
 
@@ -72,7 +74,7 @@ NO_PROBES = PolicyConfig(disabled_rules=["KJ-R15"])
 
 
 def _physics(result) -> dict:
-    physics = result.extra.get("physics")
+    physics = result.extra.physics
     assert physics is not None, result.extra
     return physics
 
@@ -138,7 +140,7 @@ def test_honest_library_candidates_are_not_rejected_by_the_rule(run_eval, name):
     assert physics["readable_bytes"] >= 0.5 * physics["counted_bytes"]
 
 
-# -- the rule on measured numbers (worker/engine/physics.py) -------------------------------------------------
+# -- the rule on measured numbers (worker/engine/verdict/physics.py) -------------------------------------------------
 MIB = 1 << 20
 
 
@@ -244,7 +246,7 @@ def test_on_cpu_the_interpreters_loads_and_the_rest_of_the_calls_time_are_what_w
     assert not physics.assess(reads, whole, None, "cpu").rejected
 
 
-# -- which input bytes must be read (sandbox_runtime/physics.py, in the judge) --------------------------------
+# -- which input bytes must be read (sandbox_side/judging/physics_measure.py, in the judge) --------------------------------
 def _counted(forward, make) -> list[dict]:
     torch.manual_seed(0)
     args, other = make(), make()

@@ -1,4 +1,4 @@
-"""Probe trials (worker/engine/probes.py, worker/engine/sandbox_runtime/probe_inputs.py): inputs that
+"""Probe trials (sandbox_side/judging/probes.py, sandbox_side/judging/probe_inputs.py): inputs that
 expose reduced precision and skipped elements, judged against float64 with the reference's own error
 as the yardstick. Through the engine on CPU (Triton under its interpreter), and on numbers."""
 
@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from benchmarks.redteam.corpus import load_corpus
-from worker.engine import probes
-from worker.engine.correctness import Outputs
-from worker.engine.precision import (
+from contract.statuses import EvalStatus
+from sandbox_side.judging import probes
+from sandbox_side.judging.correctness import Outputs
+from sandbox_side.judging.precision import (
     HONEST_REDUCTION_FACTOR,
     NOISE_ULPS,
     honest_reduction_ulps,
@@ -19,9 +20,8 @@ from worker.engine.precision import (
     precision_check,
     reduction_length,
 )
-from worker.engine.probes import GROWTH, PROBE_RATIO, judge_probe, reference_unusable, scales_exactly
-from worker.engine.sandbox_runtime.probe_inputs import PROBE_KINDS, STRUCTURE_AMPLITUDE, probe_inputs
-from worker.models import EvalStatus
+from sandbox_side.judging.probe_inputs import PROBE_KINDS, STRUCTURE_AMPLITUDE, probe_inputs
+from sandbox_side.judging.probes import GROWTH, PROBE_RATIO, judge_probe, reference_unusable, scales_exactly
 
 CASES = {case.id: case for case in load_corpus()}
 MEAN = CASES["honest_triton_mean_tree"]  # the mean of 204803 randn values (200 blocks of 1024 and 3)

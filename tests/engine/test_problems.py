@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from contract.statuses import Backend, EvalStatus
 from tests.problems_util import PROBLEM_NAMES, load_problem
-from worker.models import Backend, EvalStatus
 
 
 @pytest.mark.parametrize("name", PROBLEM_NAMES)

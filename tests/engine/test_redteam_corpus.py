@@ -11,8 +11,8 @@ import pytest
 
 from benchmarks.redteam.corpus import load_corpus
 from benchmarks.redteam.runner import CAUGHT, HONEST_FLAGGED, MISSED, PASSED, run_engine
+from contract.statuses import Device
 from worker.engine import evaluate
-from worker.models import Device
 
 CPU_CASES = [case for case in load_corpus() if not case.needs_gpu]
 

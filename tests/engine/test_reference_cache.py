@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import threading
 
+from contract.requests import EvalOptions
 from worker.engine.memory_budget import HeldMemory, MemoryBudget
-from worker.engine.reference_cache import (
+from worker.engine.reference.reference_cache import (
     CachedReference,
     ProblemKey,
     ReferenceCache,
     new_seeds,
 )
 from worker.engine.settings import EngineSettings
-from worker.models import EvalOptions
 
 
 class FakeJudge:

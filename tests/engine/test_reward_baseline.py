@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from worker.engine import reward
+from worker.engine.verdict import reward
 
 
 def test_the_compile_baseline_feeds_the_presets_speedup():
@@ -22,7 +22,7 @@ def test_the_compile_baseline_feeds_the_presets_speedup():
 def test_eager_is_the_default_and_a_missing_compile_baseline_falls_back_with_a_note():
     assert reward.reward_speedup("eager", 3.0, 1.2) == (3.0, None)
     speedup, note = reward.reward_speedup("compile", 3.0, None, "torch.compile failed: X")
-    assert speedup == 3.0 and note == {"requested": "compile", "used": "eager", "why": "torch.compile failed: X"}
+    assert speedup == 3.0 and note is not None and note.model_dump() == {"requested": "compile", "used": "eager", "why": "torch.compile failed: X"}
     assert reward.reward_speedup("compile", None, None) == (None, None), "not timed: nothing to reward"
 
 
@@ -33,12 +33,13 @@ def test_custom_weights_may_use_the_compile_speedup():
 
 
 def test_the_baselines_and_their_default_are_declared_once():
-    """worker.models declares them; the request, the result and `kerneljudge eval` take them from there."""
+    """contract.results declares them; the request, the result and `kerneljudge eval` take them from there."""
     import argparse
     from typing import get_args
 
+    from contract.requests import DEFAULT_REWARD_BASELINE, REWARD_BASELINES, EvalOptions
+    from contract.results import EvalResult
     from worker.engine.eval_cli import add_arguments
-    from worker.models import DEFAULT_REWARD_BASELINE, REWARD_BASELINES, EvalOptions, EvalResult
 
     assert REWARD_BASELINES == ("eager", "compile") and DEFAULT_REWARD_BASELINE == "eager"
     for model in (EvalOptions, EvalResult):

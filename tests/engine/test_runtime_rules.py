@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_KERNEL, SILU_REFERENCE, TRITON_HEADER, triton_candidate
 from tests.engine.test_failures import LAUNCH, NO_STATIC_POLICY
-from worker.models import EvalStatus
 
 
 def _rules(result) -> set[str]:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from contract.statuses import EvalStatus
 from tests.engine.conftest import SILU_KERNEL, SILU_REFERENCE, TRITON_HEADER, triton_candidate
 from tests.engine.test_failures import LAUNCH, NO_STATIC_POLICY
 from tests.sandbox.test_containment import uid_python  # noqa: F401 - a fixture
 from worker.engine import sandbox_pool
 from worker.engine.sandbox.spec import MIB
-from worker.models import EvalStatus
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "kj-engine-secret-9b3e27"
@@ -162,7 +162,7 @@ import json, sys
 from pathlib import Path
 from worker.engine import evaluate
 from worker.engine.settings import EngineSettings
-from worker.models import EvalOptions, EvalRequest
+from contract.requests import EvalOptions, EvalRequest
 from worker.engine.sandbox.spec import IsolationConfig
 cases = json.loads(sys.argv[1])
 settings = EngineSettings.from_env()

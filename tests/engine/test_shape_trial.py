@@ -8,10 +8,10 @@ import textwrap
 
 import torch
 
+from contract.statuses import EvalStatus
+from sandbox_side.judging.correctness import Outputs, precision_difference
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
-from worker.engine.correctness import Outputs, precision_difference
-from worker.engine.verification import SHAPE_RULE
-from worker.models import EvalStatus
+from worker.engine.verdict.verification import SHAPE_RULE
 
 HARD_CODED_SILU = triton_candidate('''
     y = torch.empty_like(x)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from worker.engine.sandbox_runtime.shape_variant import wider_batch_plans
+from sandbox_side.judging.shape_variant import wider_batch_plans
 
 
 def test_every_input_sharing_the_leading_size_is_doubled_first():

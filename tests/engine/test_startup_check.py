@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from contract.statuses import Device
 from tests.sandbox.venvs import remove, system_venv
 from worker.engine.sandbox.python_roots import describe_unreachable, unreachable_modules
 from worker.engine.settings import EngineSettings
 from worker.engine.startup_check import run_startup_check
-from worker.models import Device
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ import json, logging
 from worker.engine.sandbox.selfcheck import check_sandbox
 from worker.engine.settings import EngineSettings
 from worker.engine.startup_check import run_startup_check
-from worker.models import Device
+from contract.statuses import Device
 logging.disable(logging.CRITICAL)
 probe = check_sandbox(gpu_nodes=[], isolate_network=True)
 check = run_startup_check(EngineSettings.from_env(), Device.cpu)

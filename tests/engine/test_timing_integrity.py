@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.redteam.corpus import load_corpus
+from contract.requests import EvalOptions, EvalRequest, PolicyConfig
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
 from worker.engine import evaluate
-from worker.engine.clock_check import RULE
 from worker.engine.policy.registry import RULES
-from worker.models import EvalOptions, EvalRequest, EvalStatus, PolicyConfig
+from worker.engine.timing.clock_check import RULE
 
 FORGERY = next(case for case in load_corpus() if case.id == "c3_clock_forgery_via_sys_modules")
 ALL_STATIC_OFF = [rule.id for rule in RULES]
@@ -47,7 +48,7 @@ def test_the_harness_watch_also_names_the_patched_timer_bindings(settings):
     result = _evaluate(settings, FORGERY.reference_source, FORGERY.candidate_source)
     assert result.status == EvalStatus.rejected and result.reward == 0.0
     [watch] = [h for h in result.rules if h.rule.startswith("KJ-R01")]
-    assert watch.severity == "reject" and "sandbox_runtime.timer._perf_counter" in watch.evidence
+    assert watch.severity == "reject" and "sandbox_side.timing.timer._perf_counter" in watch.evidence
     assert result.timing is None  # rejected before timing: nothing a tampered process reports is timed
 
 
@@ -57,7 +58,7 @@ def test_an_honest_candidate_agrees_with_the_supervisors_clock(settings):
     timing = result.timing
     assert timing.clock_check.passed and timing.pairs == timing.clock_check.pairs - 1 >= 2
     assert timing.speedup_ci95[0] <= timing.speedup <= timing.speedup_ci95[1]
-    assert timing.reference.n == timing.candidate.n == result.extra["timing_runs"]["candidate"]
+    assert timing.reference.n == timing.candidate.n == result.extra.timing_runs.candidate
     assert not result.rules, result.rules
 
 

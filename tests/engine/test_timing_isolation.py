@@ -20,14 +20,15 @@ import sys
 import pytest
 
 from benchmarks.redteam.corpus import load_corpus
+from contract.requests import EvalOptions, EvalRequest, PolicyConfig
+from contract.statuses import EvalStatus
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
 from worker.engine import evaluate
 from worker.engine.device_stage import DeviceStage
-from worker.engine.judge import JudgeSession
 from worker.engine.policy.registry import RULES
 from worker.engine.process_tree import descendants
+from worker.engine.reference.judge import JudgeSession
 from worker.engine.sandbox import process as process_module
-from worker.models import EvalOptions, EvalRequest, EvalStatus, PolicyConfig
 
 CASES = {case.id: case for case in load_corpus()}
 CACHE = CASES["c3_cache_keyed_on_sampled_values"]
@@ -53,14 +54,14 @@ def test_an_output_cache_across_timed_calls_is_rejected_with_the_evidence(settin
     assert "outputs kept from timed calls differ from the reference's for the same inputs" in hit.evidence
     assert "values changed at secret positions before the call" in hit.evidence or "as generated" in hit.evidence
     assert "an output stored and returned again" in hit.evidence, hit.evidence
-    assert all(count >= 1 for count in result.extra["timing_variants"]["per_input_set"])
+    assert all(count >= 1 for count in result.extra.timing_variants.per_input_set)
 
 
 def test_the_same_ledger_keeping_buffers_it_recomputes_is_accepted(settings):
     result = _evaluate(settings, LEDGER.reference_source, LEDGER.candidate_source)
     assert result.status == EvalStatus.ok and not result.rules, (result.status, result.error, result.rules)
     assert result.timing.clock_check.passed
-    assert all(count >= 1 for count in result.extra["timing_variants"]["per_input_set"])
+    assert all(count >= 1 for count in result.extra.timing_variants.per_input_set)
 
 
 def test_without_variants_the_cache_returns_right_outputs_and_passes(settings):
@@ -69,7 +70,7 @@ def test_without_variants_the_cache_returns_right_outputs_and_passes(settings):
     settings.reference_cache_entries = 0  # a judge of its own (a cached one keeps the variants it made)
     result = _evaluate(settings, CACHE.reference_source, CACHE.candidate_source)
     assert result.status == EvalStatus.ok, (result.status, result.error, result.rules)
-    assert result.extra["timing_variants"]["per_input_set"] == [0] * settings.timing_pool_size
+    assert result.extra.timing_variants.per_input_set == [0] * settings.timing_pool_size
 
 
 # -- background processes while the reference is timed ------------------------------------------
@@ -151,13 +152,13 @@ def test_background_processes_of_the_candidate_cannot_run_while_the_reference_is
         assert set(before) >= set(helpers)
         assert after == before, "a process of the candidate ran while the reference was timed"
     expected = "frozen (cgroup" if pause_mode == "freezer" else "stopped by signal"
-    assert result.extra["candidate_paused"] and all(how.startswith(expected) for how in result.extra["candidate_paused"])
+    assert result.extra.candidate_paused and all(how.startswith(expected) for how in result.extra.candidate_paused)
 
 
 def test_an_honest_candidates_timing_is_unaffected_by_the_pauses(settings):
     result = _evaluate(settings, SILU_REFERENCE, HONEST_SILU)
     assert result.status == EvalStatus.ok and not result.rules, (result.status, result.error, result.rules)
-    assert result.extra["candidate_paused"] and all(how.startswith(("frozen", "stopped"))
-                                                    for how in result.extra["candidate_paused"])
+    assert result.extra.candidate_paused and all(how.startswith(("frozen", "stopped"))
+                                                    for how in result.extra.candidate_paused)
     timing = result.timing
     assert timing.clock_check.passed and timing.speedup_ci95[0] <= timing.speedup <= timing.speedup_ci95[1]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from contract.requests import EvalOptions
+from sandbox_side.runtime.messages import Timing
 from worker.engine.launch import UserFailure, read_reply
-from worker.engine.sandbox_runtime.messages import Timing
-from worker.engine.timing_protocol import (
+from worker.engine.timing.timing_protocol import (
     BLOCK_WARMUP,
     CALIBRATION_RUNS,
     CALIBRATION_WARMUP,
@@ -15,8 +16,7 @@ from worker.engine.timing_protocol import (
     measure_paired,
     paired_count,
 )
-from worker.engine.timing_stats import paired_speedup
-from worker.models import EvalOptions
+from worker.engine.timing.timing_stats import paired_speedup
 
 
 def test_the_count_fits_the_budget_and_the_bounds():
@@ -100,7 +100,7 @@ def _drifting_side(calls: list, base_ms: float, drift: list[float]):
 
 
 def test_pairs_are_added_while_their_ratios_spread_too_much_for_the_median_to_repeat():
-    from worker.engine.timing_protocol import MAX_PAIRS_TOTAL, TARGET_PAIR_SE, pair_ratio_se
+    from worker.engine.timing.timing_protocol import MAX_PAIRS_TOTAL, TARGET_PAIR_SE, pair_ratio_se
 
     options = EvalOptions(timing_min_runs=20, timing_budget_s=10)
     steady = measure_paired(_drifting_side([], 2.0, [1.0]), _drifting_side([], 1.0, [1.0]), options)
@@ -114,7 +114,7 @@ def test_pairs_are_added_while_their_ratios_spread_too_much_for_the_median_to_re
 
 
 def test_extra_pairs_stop_at_twice_the_timing_budget():
-    from worker.engine.timing_protocol import EXTRA_BUDGET, MAX_PAIRS_TOTAL
+    from worker.engine.timing.timing_protocol import EXTRA_BUDGET, MAX_PAIRS_TOTAL
 
     options = EvalOptions(timing_min_runs=10, timing_budget_s=0.2)
     drift = [1.0, 1.3, 0.7, 1.2, 0.8]  # far too noisy to reach the target

@@ -7,9 +7,9 @@ import random
 
 import torch
 
-from worker.engine.sandbox_runtime import timer, timing_variants
-from worker.engine.timing_protocol import CALIBRATION_RUNS, CallOrder, TimedBlock, measure_paired
-from worker.models import EvalOptions
+from contract.requests import EvalOptions
+from sandbox_side.timing import timer, timing_variants
+from worker.engine.timing.timing_protocol import CALIBRATION_RUNS, CallOrder, TimedBlock, measure_paired
 
 
 def _sets(seed: int) -> list:

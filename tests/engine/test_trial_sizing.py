@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import uuid
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.statuses import EvalStatus
+from sandbox_side.judging.judge_process import MIN_SIZED_TRIALS, sized_trials
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
 from worker.engine import evaluate
-from worker.engine.sandbox_runtime.judge_process import MIN_SIZED_TRIALS, sized_trials
-from worker.models import EvalOptions, EvalRequest, EvalStatus
 
 WRONG_SILU = triton_candidate('''
     y = torch.empty_like(x)
@@ -31,14 +32,15 @@ def test_a_problem_too_large_for_its_trials_keeps_what_fits_and_still_judges(set
     reference = f"{SILU_REFERENCE}\n# trial-sizing {uuid.uuid4().hex}\n"
     options = EvalOptions(timing=False, trials=5)
     probe = evaluate(EvalRequest(reference=reference, candidate=HONEST_SILU, options=options), settings=settings)
-    assert probe.status == EvalStatus.ok and len(probe.correctness.trials) == 5 and "trials_sized" not in probe.extra
+    assert probe.status == EvalStatus.ok and len(probe.correctness.trials) == 5 and probe.extra.trials_sized is None
 
     reference = f"{SILU_REFERENCE}\n# trial-sizing {uuid.uuid4().hex}\n"
     settings.trial_bytes_budget = 1  # smaller than any trial: the two-trial floor
     honest = evaluate(EvalRequest(reference=reference, candidate=HONEST_SILU, options=options), settings=settings)
     assert honest.status == EvalStatus.ok and len(honest.correctness.trials) == 2
-    sized = honest.extra["trials_sized"]
-    assert (sized["kept"], sized["asked"], sized["budget"]) == (2, 5, 1) and sized["set_bytes"] > 0
-    assert "2 of 5 trials" in sized["reason"]
+    sized = honest.extra.trials_sized
+    assert sized is not None
+    assert (sized.kept, sized.asked, sized.budget) == (2, 5, 1) and sized.set_bytes > 0
+    assert "2 of 5 trials" in sized.reason
     wrong = evaluate(EvalRequest(reference=reference, candidate=WRONG_SILU, options=options), settings=settings)
     assert wrong.status == EvalStatus.incorrect

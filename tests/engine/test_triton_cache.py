@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 
-from worker.engine import triton_cache
-from worker.engine.sandbox_runtime import file_tree
-from worker.engine.sandbox_runtime.messages import Payload, TritonCacheDone
+from sandbox_side.runtime import file_tree
+from sandbox_side.runtime.messages import Payload, TritonCacheDone
+from worker.engine.build import triton_cache
 
 
 def _reply(folder) -> TritonCacheDone:
-    """What a runner answers to `triton_cache` (sandbox_runtime/runner.py op_triton_cache)."""
+    """What a runner answers to `triton_cache` (sandbox_side/runtime/runner.py op_triton_cache)."""
     files, data = file_tree.pack(folder)
     return TritonCacheDone(files=files, payload=Payload(len(data), None, bytearray(data)))
 

@@ -7,15 +7,22 @@ import json
 
 import pytest
 
+from contract.requests import EvalOptions, EvalRequest
+from contract.results import ErrorKind
+from contract.statuses import EvalStatus
+from sandbox_side.runtime.failure_kind import FailureKind
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
 from worker.engine import evaluate
 from worker.engine.gpu_schedule import EXCLUSIVE_STAGES, HOST_ONLY_STAGES, GpuSchedule
 from worker.engine.launch import UserFailure, reported_failure
 from worker.engine.policy.registry import RULES
-from worker.engine.result_builder import CANDIDATE_STATUS, HINTS, candidate_error_kind, reference_error_kind
-from worker.engine.sandbox_runtime.failure_kind import FailureKind
 from worker.engine.stage import Stage
-from worker.models import ErrorKind, EvalOptions, EvalRequest, EvalStatus
+from worker.engine.verdict.result_builder import (
+    CANDIDATE_STATUS,
+    HINTS,
+    candidate_error_kind,
+    reference_error_kind,
+)
 
 ALL_STATIC_OFF = [rule.id for rule in RULES]
 

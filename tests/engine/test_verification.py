@@ -1,17 +1,17 @@
-"""The runtime rules on observations (worker/engine/verification.py): each fires on its evidence only."""
+"""The runtime rules on observations (worker/engine/verdict/verification.py): each fires on its evidence only."""
 
 from __future__ import annotations
 
-from worker.engine.attribution import Attribution
-from worker.engine.verification import STREAM_RULE, Observations, runtime_rules
-from worker.models import (
+from contract.requests import PolicyConfig
+from contract.results import (
     CoverageReport,
     InputCheckReport,
     KernelSummary,
-    PolicyConfig,
     PrecisionReport,
     ProbeTrialReport,
 )
+from worker.engine.verdict.attribution import Attribution
+from worker.engine.verdict.verification import STREAM_RULE, Observations, runtime_rules
 
 OWN = KernelSummary(name="my_kernel", launches=1, ms=1.0, share=0.5)
 LIBRARY = KernelSummary(name="sm90_xmma_gemm", launches=1, ms=1.0, share=0.5, op="aten::mm")

@@ -8,7 +8,7 @@ import io
 import pytest
 import torch
 
-from worker.engine.sandbox_runtime import wire
+from sandbox_side.runtime import wire
 
 
 def _round_trip(value: object, choose=wire.want_all) -> object:
@@ -83,7 +83,7 @@ def test_every_reply_reaches_the_pipe_at_once(monkeypatch, reply):
     import json
     import os
 
-    from worker.engine.sandbox_runtime.channel import Channel
+    from sandbox_side.runtime.channel import Channel
 
     read_end, write_end = os.pipe()
     monkeypatch.setenv("KJ_MSG_FD", str(write_end))

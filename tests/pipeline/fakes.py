@@ -7,8 +7,9 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
+from contract.results import EvalResult
+from contract.statuses import EvalStatus
 from worker.jobs.store import Job, JobStore, NewJob, problem_id_for
-from worker.models import EvalResult, EvalStatus
 
 WAIT_S = 60.0  # an upper bound for event waits, never reached when the pipeline works
 

@@ -9,18 +9,18 @@ import time
 
 import pytest
 
-from worker.engine import baseline_worker, compile_baseline
-from worker.engine.baselines import (
+from contract.requests import EvalOptions
+from worker.engine.settings import EngineSettings
+from worker.engine.timing import baseline_worker, compile_baseline
+from worker.engine.timing.baselines import (
     COMPILE_BASELINE,
     REFERENCE_TIMING,
     BaselineKey,
     CompileBaselineRecord,
     ReferenceTimingRecord,
 )
-from worker.engine.settings import EngineSettings
 from worker.jobs.store import JobStore
-from worker.jobs.store.baselines import StoreBaselineBook
-from worker.models import EvalOptions
+from worker.jobs.store.baseline_rows import StoreBaselineBook
 
 REFERENCE = "class Model: pass\n"
 OPTIONS = EvalOptions(device="cuda")

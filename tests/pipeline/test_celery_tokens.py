@@ -8,13 +8,12 @@ import time
 import pytest
 from sqlalchemy import update
 
+from pipeline.fakes import FakeEngine, add_job
 from worker.jobs.distributed.tasks import claim_for_message
+from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.pipeline import JobPipeline, PipelineConfig
 from worker.jobs.store import JobStore
-from worker.jobs.store.runner import EngineCalls, WorkerIdentity
 from worker.jobs.store.schema import JobRow
-
-from .fakes import FakeEngine, add_job
 
 LANE = WorkerIdentity(name="celery@test:1", device="cpu")
 

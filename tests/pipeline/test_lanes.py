@@ -4,10 +4,10 @@ and gets the service's baseline book and a warm runner pool sized to it."""
 from __future__ import annotations
 
 from worker.jobs.celery_cli import plan_workers
+from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.pipeline import JobPipeline, PipelineConfig
 from worker.jobs.store import JobStore
-from worker.jobs.store.baselines import StoreBaselineBook
-from worker.jobs.store.runner import EngineCalls, WorkerIdentity
+from worker.jobs.store.baseline_rows import StoreBaselineBook
 
 
 def test_embedded_lanes_one_per_gpu_know_their_place(tmp_path):

@@ -9,11 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from app.executors import LocalWorkerPool
+from pipeline.fakes import WAIT_S, FakeEngine, add_job
+from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.pipeline import JobPipeline, PipelineConfig
 from worker.jobs.store import Job, JobStore
-from worker.jobs.store.runner import EngineCalls, WorkerIdentity
-
-from .fakes import WAIT_S, FakeEngine, add_job
 
 # Each test needs an empty store of its own: tests/conftest.py's `store`, on SQLite only.
 pytestmark = pytest.mark.sqlite_store

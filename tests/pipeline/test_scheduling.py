@@ -11,11 +11,10 @@ from collections import Counter
 import pytest
 
 from app.executors import LocalWorkerPool, embedded_prefix
+from pipeline.fakes import WAIT_S, FakeEngine, JudgeModel, add_job
+from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.pipeline import JobPipeline, PipelineConfig
 from worker.jobs.store import Job, JobStore
-from worker.jobs.store.runner import EngineCalls, WorkerIdentity
-
-from .fakes import WAIT_S, FakeEngine, JudgeModel, add_job
 
 # Each test needs an empty store of its own: tests/conftest.py's `store`, on SQLite only.
 pytestmark = pytest.mark.sqlite_store

@@ -10,17 +10,18 @@ from collections import Counter
 
 import pytest
 
+from contract.requests import EvalOptions
+from contract.results import EvalResult
+from contract.statuses import EvalStatus
+from pipeline.fakes import WAIT_S, FakePrepared, add_job
 from tests.service.helpers import make_settings, poll_until, start_server
-from worker.engine.reference_cache import CachedReference, ProblemKey, ReferenceCache, new_seeds
+from worker.engine.reference.reference_cache import CachedReference, ProblemKey, ReferenceCache, new_seeds
 from worker.engine.sandbox_pool import SandboxPool
 from worker.engine.settings import EngineSettings
+from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.pipeline import JobPipeline, LaneHealth, PipelineConfig
 from worker.jobs.store import JobStore
-from worker.jobs.store.runner import EngineCalls, WorkerIdentity
 from worker.jobs.watchdog import LaneWatchdog
-from worker.models import EvalOptions, EvalResult, EvalStatus
-
-from .fakes import WAIT_S, FakePrepared, add_job
 
 # Each test needs an empty store of its own: tests/conftest.py's `store`, on SQLite only.
 pytestmark = pytest.mark.sqlite_store

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from contract.requests import PolicyConfig
+from contract.results import RuleHit
+from contract.statuses import Backend
 from tests.conftest import triton_candidate
 from worker.engine.policy import check_candidate
-from worker.models import Backend, PolicyConfig, RuleHit
 
 ADD_KERNEL = '''
 @triton.jit

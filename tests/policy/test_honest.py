@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from contract.statuses import Backend
+from policy.policy_helpers import check, cuda_candidate, fired, triton_add_candidate
 from worker.engine.policy import detect_backend
-from worker.models import Backend
-
-from .policy_helpers import check, cuda_candidate, fired, triton_add_candidate
 
 HONEST_FORWARD_SNIPPETS = {
     "views-and-reshapes": "x = a.view(-1).contiguous()\ny = x.reshape(4, -1).permute(1, 0).transpose(0, 1)\n"

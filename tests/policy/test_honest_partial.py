@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .policy_helpers import check, cuda_candidate, triton_add_candidate
+from policy.policy_helpers import check, cuda_candidate, triton_add_candidate
 
 CUDA_HEAD = '''import torch
 import torch.nn as nn

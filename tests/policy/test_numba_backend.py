@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from worker.engine.kernel_names import own_kernel_names
+from contract.statuses import Backend
+from policy.policy_helpers import check, fired
 from worker.engine.policy import detect_backend
-from worker.models import Backend
+from worker.engine.verdict.kernel_names import own_kernel_names
 from worker.problem_library.catalog import NUMBA_KINDS, load_library
-
-from .policy_helpers import check, fired
 
 NUMBA_ADD = '''import torch
 import torch.nn as nn

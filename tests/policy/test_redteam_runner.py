@@ -6,7 +6,9 @@ from types import SimpleNamespace
 
 from benchmarks.redteam.corpus import load_corpus
 from benchmarks.redteam.runner import CAUGHT, matches, run_engine
-from worker.models import Device, EvalRequest, EvalStatus, RuleHit
+from contract.requests import EvalRequest
+from contract.results import RuleHit
+from contract.statuses import Device, EvalStatus
 
 CASES = {case.id: case for case in load_corpus()}
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from policy.policy_helpers import check, cuda_candidate, fired, triton_add_candidate
 from worker.engine.policy import RULES, rule
-
-from .policy_helpers import check, cuda_candidate, fired, triton_add_candidate
 
 PLAIN_PYTORCH = '''import torch
 import torch.nn as nn
@@ -113,7 +112,7 @@ def timer_kernel(out_ptr):
     ("KJ411", triton_add_candidate("print(f'status={n}')")),
     ("KJ411", cuda_candidate('printf("{\\"speedup\\": 99}\\n");')),
     ("KJ412", triton_add_candidate("fd = torch.os.open('/proc/1/environ', 0)")),
-    ("KJ412", triton_add_candidate("timer = torch.sys.modules['sandbox_runtime.timer']")),
+    ("KJ412", triton_add_candidate("timer = torch.sys.modules['sandbox_side.timing.timer']")),
     ("KJ412", triton_add_candidate("np.os.system('true')", imports="import numpy as np")),
     ("KJ412", triton_add_candidate("a.subprocess.run(['true'])")),
     ("KJ412", triton_add_candidate("loader = getattr(torch, 'importlib')")),

@@ -7,10 +7,11 @@ import shutil
 
 import pytest
 
+from contract.requests import EvalOptions, EvalRequest, PolicyConfig
+from contract.results import EvalResult
 from tests.service.helpers import make_settings, start_server
 from worker.engine import evaluate
 from worker.engine.settings import EngineSettings
-from worker.models import EvalOptions, EvalRequest, EvalResult, PolicyConfig
 from worker.problem_library.catalog import LibraryProblem
 
 

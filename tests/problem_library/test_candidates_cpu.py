@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.models import Backend, EvalStatus
+from contract.statuses import Backend, EvalStatus
 from worker.problem_library.catalog import get_problem, load_library, problem_names
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from sandbox_side.runtime.harness_output import USER_OUTPUT_MARK as MARK
 from worker.engine.sandbox.process import MarkedLog
-from worker.engine.sandbox_runtime.harness_output import USER_OUTPUT_MARK as MARK
 
 
 def fed(chunks: list[bytes], limit: int = 4096) -> MarkedLog:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import LiveServer, make_settings, start_server
+from service.helpers import LiveServer, make_settings, start_server
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .helpers import ADMIN_KEY, OTHER_KEY
-from .sources import FAST_OPTIONS, NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
+from service.helpers import ADMIN_KEY, OTHER_KEY
+from service.sources import FAST_OPTIONS, NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
 
 BODY = {"reference": REFERENCE, "candidate": TRITON_CANDIDATE, "options": FAST_OPTIONS}
 

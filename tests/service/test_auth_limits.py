@@ -6,8 +6,7 @@ from __future__ import annotations
 import httpx
 
 from app.limits import FailedAuthLimiter, RateLimiter
-
-from .helpers import OTHER_KEY, USER_KEY
+from service.helpers import OTHER_KEY, USER_KEY
 
 BURST = 5
 

@@ -11,12 +11,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from worker.jobs.store.callback_target import CallbackAllowList, check_destination
-from worker.jobs.store.callbacks import CallbackConfig, CallbackSender
+from service.helpers import USER_KEY
+from service.sources import REFERENCE, TRITON_CANDIDATE
+from worker.jobs.callback_target import CallbackAllowList, check_destination
+from worker.jobs.callbacks import CallbackConfig, CallbackSender
 from worker.jobs.store.records import Job
-
-from .helpers import USER_KEY
-from .sources import REFERENCE, TRITON_CANDIDATE
 
 SECRET = "test-callback-secret"
 LOOPBACK_ALLOWED = CallbackConfig(secret=SECRET, allow=CallbackAllowList.parse("127.0.0.1"))

@@ -7,9 +7,8 @@ import pytest
 
 from app.caps import JobCaps
 from app.settings import parse_keys
-
-from .helpers import ADMIN_KEY, KEYS, USER_KEY
-from .sources import REFERENCE, TRITON_CANDIDATE
+from service.helpers import ADMIN_KEY, KEYS, USER_KEY
+from service.sources import REFERENCE, TRITON_CANDIDATE
 
 DEFAULT = JobCaps()
 

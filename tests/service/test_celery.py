@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import LiveServer, make_settings, poll_until, start_server
-from .sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE
+from service.helpers import LiveServer, make_settings, poll_until, start_server
+from service.sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE
 
 pytestmark = pytest.mark.redis
 

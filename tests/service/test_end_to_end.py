@@ -9,11 +9,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 
-from worker.jobs.store.callback_target import CallbackAllowList
-from worker.jobs.store.callbacks import SIGNATURE_HEADER, TIMESTAMP_HEADER, CallbackConfig, sign
-
-from .helpers import USER_KEY, make_settings, poll_until, start_server
-from .sources import (
+from service.helpers import USER_KEY, make_settings, poll_until, start_server
+from service.sources import (
     COMPLETION,
     FAST_OPTIONS,
     NO_CODE_COMPLETION,
@@ -21,6 +18,8 @@ from .sources import (
     TRITON_CANDIDATE,
     WRONG_CANDIDATE,
 )
+from worker.jobs.callback_target import CallbackAllowList
+from worker.jobs.callbacks import SIGNATURE_HEADER, TIMESTAMP_HEADER, CallbackConfig, sign
 
 SECRET = "test-callback-secret"
 

@@ -17,7 +17,7 @@ import httpx  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from .helpers import USER_KEY, make_settings, start_server  # noqa: E402
+from service.helpers import USER_KEY, make_settings, start_server  # noqa: E402
 
 MAX_EXAMPLES = 30  # per operation: bounded so the suite stays fast
 

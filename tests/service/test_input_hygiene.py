@@ -12,15 +12,14 @@ import pytest
 from pydantic import ValidationError
 
 from app.body_checks import MAX_DEPTH, nesting_depth
+from app.dashboard_stats import JobStats
 from app.settings import key_id_for
+from contract.requests import EvalOptions
+from service.helpers import ADMIN_KEY, USER_KEY, make_settings, start_server
+from service.sources import REFERENCE, TRITON_CANDIDATE
 from worker.jobs.store import JobStore, NewJob
 from worker.jobs.store.json_text import to_json_text
 from worker.jobs.store.schema import JobRow, StoreMetaRow
-from worker.jobs.store.stats import JobStats
-from worker.models import EvalOptions
-
-from .helpers import ADMIN_KEY, USER_KEY, make_settings, start_server
-from .sources import REFERENCE, TRITON_CANDIDATE
 
 LONE_SURROGATE = "\\ud800"  # as it is written inside a JSON string
 

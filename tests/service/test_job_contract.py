@@ -1,19 +1,18 @@
-"""Client and server share one job model (kerneljudge.models.Job): what the server sends is what the
+"""Client and server share one job model (contract.http_objects.Job): what the server sends is what the
 client declares, field for field, with nothing left over as an undeclared extra and nothing declared
 that the server never sends."""
 
 from __future__ import annotations
 
 from app.schemas import JobView
+from contract.http_objects import Job
+from contract.statuses import JobStatus
 from kerneljudge.client import KernelJudgeClient
-from kerneljudge.models import Job
+from service.helpers import USER_KEY
+from service.sources import NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
 from worker.jobs.store import JobStatus as StoreJobStatus
 from worker.jobs.store import public_job
 from worker.jobs.store.records import Job as StoredJob
-from worker.models import JobStatus
-
-from .helpers import USER_KEY
-from .sources import NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
 
 
 def test_the_server_answers_with_the_clients_model():

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
+from worker.jobs.engine_call import WorkerIdentity, build_request
 from worker.jobs.store import JobStore, NewJob
-from worker.jobs.store.runner import WorkerIdentity, build_request
 
 # Each test needs an empty store of its own: tests/conftest.py's `store`, on SQLite only.
 pytestmark = pytest.mark.sqlite_store

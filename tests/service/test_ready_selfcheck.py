@@ -8,9 +8,9 @@ import argparse
 import uvicorn
 
 from app import serve_cli
+from contract.statuses import Device
 from worker.engine.settings import EngineSettings
 from worker.engine.startup_check import StartupCheck, StartupCheckRun
-from worker.models import Device
 
 
 def test_ready_is_false_until_the_startup_check_passes_and_names_its_failure(working_server):

@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 
 from app.settings import Settings, parse_keys, parse_rules
-
-from .helpers import ADMIN_KEY, KEYS, OTHER_KEY, USER_KEY
-from .sources import REFERENCE, TRITON_CANDIDATE
+from service.helpers import ADMIN_KEY, KEYS, OTHER_KEY, USER_KEY
+from service.sources import REFERENCE, TRITON_CANDIDATE
 
 
 def _submit(client, disabled: list[str]):

@@ -8,10 +8,9 @@ import uuid
 import pytest
 
 from app.executors import embedded_prefix
+from service.helpers import USER_KEY, make_settings, start_server
+from service.sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE
 from worker.jobs.store import JobStore
-
-from .helpers import USER_KEY, make_settings, start_server
-from .sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE
 
 BODY = {"reference": REFERENCE, "candidate": TRITON_CANDIDATE, "options": FAST_OPTIONS}
 POSTGRES_URL = os.environ.get("KERNELJUDGE_TEST_POSTGRES_URL")

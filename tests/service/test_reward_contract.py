@@ -3,7 +3,7 @@ live server, and against OpenRLHF's reader (tests/client/openrlhf_reader.py).
 
 A scripted worker stands in for the engine: it claims queued jobs from the store and finishes each
 with the verdict its candidate names (`# verdict=...`), with the reward of the job's own preset
-(worker/engine/reward.py), so the answers are exact. The real engine's /get_reward is
+(worker/engine/verdict/reward.py), so the answers are exact. The real engine's /get_reward is
 tests/service/test_end_to_end.py.
 """
 
@@ -17,13 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from kerneljudge.adapters.openrlhf import LOG_KEYS, score_request
+from contract.get_reward import LOG_KEYS
+from contract.requests import EvalOptions
+from contract.results import EvalResult
+from contract.statuses import EvalStatus
+from kerneljudge.adapters.openrlhf import score_request
 from kerneljudge.client import AsyncKernelJudgeClient
-from worker.engine import reward
-from worker.models import EvalOptions, EvalResult, EvalStatus
-
-from .helpers import USER_KEY, LiveServer
-from .sources import NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
+from service.helpers import USER_KEY, LiveServer
+from service.sources import NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
+from worker.engine.verdict import reward
 
 torch = pytest.importorskip("torch")  # the reader builds tensors, as OpenRLHF does
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from .helpers import USER_KEY
-from .sources import NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
+from service.helpers import USER_KEY
+from service.sources import NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE
 
 
 def test_shape_fallback_and_timeout(queued_server):

@@ -8,11 +8,10 @@ import sqlite3
 import uuid
 
 from app.settings import key_id_for
+from service.helpers import ADMIN_KEY, OTHER_KEY, USER_KEY
+from service.sources import REFERENCE, TRITON_CANDIDATE
+from worker.jobs.engine_call import WorkerIdentity, build_request
 from worker.jobs.store import JobStore, NewJob, problem_id_for
-from worker.jobs.store.runner import WorkerIdentity, build_request
-
-from .helpers import ADMIN_KEY, OTHER_KEY, USER_KEY
-from .sources import REFERENCE, TRITON_CANDIDATE
 
 CPU_WORKER = WorkerIdentity(name="test", device="cpu")
 A, B = key_id_for(USER_KEY), key_id_for(OTHER_KEY)

@@ -7,9 +7,8 @@ from __future__ import annotations
 import time
 
 from kerneljudge.client import KernelJudgeClient
-
-from .helpers import USER_KEY
-from .sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE, WRONG_CANDIDATE
+from service.helpers import USER_KEY
+from service.sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE, WRONG_CANDIDATE
 
 # Deadlines that fall before, on and after the client's poll intervals (0.2, 0.3, 0.45, ... s).
 TIMEOUTS = [0.0, 0.01, 0.2, 0.5, 1.0, 2.0]

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .process_tree import descendants
+from worker.engine.process_tree import descendants
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The device half of an evaluation: the problem's judge, one warm candidate runner, the verdict.
 
-The judge (worker.engine.judge) comes from the reference cache, or is started and fills it: it holds the
+The judge (worker.engine.reference.judge) comes from the reference cache, or is started and fills it: it holds the
 input sets and the reference's outputs. The candidate runner comes from the warm pool
 (worker.engine.sandbox_pool) and serves this candidate only. Tensors go judge -> supervisor -> candidate
 (inputs) and candidate -> supervisor -> judge (outputs) over the runners' pipes; the judge
@@ -21,29 +21,19 @@ import socket
 import time
 from collections.abc import Iterator
 
-from ..models import (
-    Backend,
+from contract.results import (
     CorrectnessReport,
-    Device,
     EnvironmentInfo,
     ErrorKind,
     EvalResult,
-    EvalStatus,
     TimingReport,
+    TimingRunsNote,
+    TimingVariantsNote,
+    TrialsSizedNote,
 )
-from . import baselines, build, clock_check, compile_baseline, judge_start, physics, triton_cache
-from .attribution import Attribution, attribute
-from .baselines import REFERENCE_TIMING, BaselineKey, CompileBaselineRecord, ReferenceTimingRecord
-from .cpu_plan import timing_cores
-from .judge import Comparison, JudgeStartFailure, TimedCheck
-from .kernel_names import own_kernel_names
-from .launch import UserFailure
-from .policy.registry import is_disabled
-from .prepared_job import PreparedJob, StageCallback, notify
-from .reference_cache import CachedReference, cache_for
-from .sandbox_pool import PoolEmpty, WarmRunner, pool_for
-from .sandbox_runtime.failure_kind import FailureKind
-from .sandbox_runtime.messages import (
+from contract.statuses import Backend, Device, EvalStatus
+from sandbox_side.runtime.failure_kind import FailureKind
+from sandbox_side.runtime.messages import (
     ApplyTimingVariants,
     Run,
     RunDone,
@@ -57,10 +47,36 @@ from .sandbox_runtime.messages import (
     TritonCacheDone,
     VariantsApplied,
 )
-from .settings import EngineSettings
-from .stage import Stage
-from .timing_protocol import CallOrder, PairedWindow, TimedBlock, measure_paired
-from .verification import PROBE_RULE, SHAPE_RULE, TAMPER_RULE, Observations, runtime_rules
+from worker.engine.build import builder as build
+from worker.engine.build import triton_cache
+from worker.engine.cpu_plan import timing_cores
+from worker.engine.launch import UserFailure
+from worker.engine.policy.registry import is_disabled
+from worker.engine.prepared_job import PreparedJob, StageCallback, notify
+from worker.engine.reference import judge_start
+from worker.engine.reference.judge import Comparison, JudgeStartFailure, TimedCheck
+from worker.engine.reference.reference_cache import CachedReference, cache_for
+from worker.engine.sandbox_pool import PoolEmpty, WarmRunner, pool_for
+from worker.engine.settings import EngineSettings
+from worker.engine.stage import Stage
+from worker.engine.timing import baselines, clock_check, compile_baseline
+from worker.engine.timing.baselines import (
+    REFERENCE_TIMING,
+    BaselineKey,
+    CompileBaselineRecord,
+    ReferenceTimingRecord,
+)
+from worker.engine.timing.timing_protocol import CallOrder, PairedWindow, TimedBlock, measure_paired
+from worker.engine.verdict import physics
+from worker.engine.verdict.attribution import Attribution, attribute
+from worker.engine.verdict.kernel_names import own_kernel_names
+from worker.engine.verdict.verification import (
+    PROBE_RULE,
+    SHAPE_RULE,
+    TAMPER_RULE,
+    Observations,
+    runtime_rules,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +101,25 @@ class _JudgeFailure(Exception):
         super().__init__(failure.message)
         self.failure = failure
         self.during = during
+
+
+class _JobEnds(Exception):
+    """A device stage ended the job; `result` is its EvalResult."""
+
+    def __init__(self, result: EvalResult) -> None:
+        super().__init__(result.status.value)
+        self.result = result
+
+
+@dataclasses.dataclass
+class CandidateRun:
+    """Stage `candidate`'s output: the candidate's reply with its outputs, what it tampered with, and the
+    deadlines of the run's later calls: the candidate's (the kernel trace) and the judge's (the comparison)."""
+
+    done: RunDone
+    tampered: list[str]
+    deadline: float
+    judge_deadline: float
 
 
 class DeviceStage:
@@ -119,7 +154,7 @@ class DeviceStage:
         first = self._out_of_memory
         self.builder = self.prepared.builder = before
         self._begin_pass()
-        self.builder.extra["retried_alone"] = f"the first pass ran out of device memory beside other jobs: {first}"
+        self.builder.extra.retried_alone = f"the first pass ran out of device memory beside other jobs: {first}"
         notify(self.on_stage, Stage.alone)
         return self._run_once()
 
@@ -176,7 +211,7 @@ class DeviceStage:
         except UserFailure as failure:
             log.info("no Triton cache from the runner: %s", failure.message)
             return
-        self.builder.extra["triton_cache"] = "published" if triton_cache.publish(
+        self.builder.extra.triton_cache = "published" if triton_cache.publish(
             self.settings.triton_cache, folder, reply) else "not kept"
 
     def _judged(self, entry: CachedReference, runner: WarmRunner) -> EvalResult:
@@ -189,7 +224,7 @@ class DeviceStage:
             # No verdict either way (EvalResult.judged is false): a device-memory failure is run once more
             # alone on a shared device (see run), and says whether it already was.
             memory = wrapped.failure.kind == FailureKind.out_of_memory
-            alone = " even alone on the device" if memory and "retried_alone" in self.builder.extra else ""
+            alone = " even alone on the device" if memory and self.builder.extra.retried_alone is not None else ""
             return self.builder.fail(
                 EvalStatus.sandbox_error, ErrorKind.judge_out_of_memory if memory else ErrorKind.judge_failed,
                 f"the judge (the process that holds the reference's outputs and compares) "
@@ -212,9 +247,9 @@ class DeviceStage:
             notify(self.on_stage, Stage.reference)
             entry = self.cache.checkout(key)
         if entry is not None:
-            self.builder.extra["reference_cache"] = "hit"
+            self.builder.extra.reference_cache = "hit"
             if entry.prestarted and entry.uses == 1:
-                self.builder.extra["reference_judge"] = "started ahead, while the candidate was prepared"
+                self.builder.extra.reference_judge = "started ahead, while the candidate was prepared"
         else:
             # The judge's process start, CUDA set-up and the reference's import are host work: they hold
             # no device lock (holding it shared for those 5-6 s kept every other job's timing waiting);
@@ -235,20 +270,20 @@ class DeviceStage:
                 self._note_memory(failure)
                 return self.builder.reference_failure(failure)
             entry = self.cache.add(entry)
-            self.builder.extra["reference_cache"] = "off" if self.settings.reference_cache_entries <= 0 else "miss"
+            self.builder.extra.reference_cache = "off" if self.settings.reference_cache_entries <= 0 else "miss"
         generated = entry.judge.generated
         assert generated is not None
         self._record_environment(generated.environment)
         self._physics_reads = physics.problem_reads(generated.physics, opts.device.value,
                                                     generated.environment.get("gpu_name"), self.settings)
         if generated.truth_skipped:
-            self.builder.extra["precision_skipped"] = generated.truth_skipped
+            self.builder.extra.precision_skipped = generated.truth_skipped
         if generated.trials_sized:
             sized = generated.trials_sized
-            self.builder.extra["trials_sized"] = {
-                **sized, "reason": f"{sized['kept']} of {sized['asked']} trials: one trial's inputs and outputs take "
-                                   f"{sized['set_bytes']} bytes, the budget is {sized['budget']} "
-                                   "(KERNELJUDGE_TRIAL_BYTES_BUDGET)"}
+            self.builder.extra.trials_sized = TrialsSizedNote(
+                **sized, reason=f"{sized['kept']} of {sized['asked']} trials: one trial's inputs and outputs take "
+                                f"{sized['set_bytes']} bytes, the budget is {sized['budget']} "
+                                "(KERNELJUDGE_TRIAL_BYTES_BUDGET)")
         # The problem's persisted baselines: asked for now, measured in the background while this job runs.
         self._baseline_key = BaselineKey.of(request.reference, opts.device.value, generated.environment.get("gpu_name"))
         compile_baseline.request(self._baseline_key, request.reference, opts, self.settings)
@@ -267,6 +302,25 @@ class DeviceStage:
 
     # -- the candidate ------------------------------------------------------------------
     def _with_runner(self, entry: CachedReference, runner: WarmRunner) -> EvalResult:
+        """The device stages after the reference, in order. Each takes and returns typed values; one that ends
+        the job (a failure, a rejection) raises _JobEnds with the job's result."""
+        try:
+            run = self._run_candidate(entry, runner)
+            report = self._compare(entry, run)
+            tampered = [*run.tampered, *self._trace(runner, run, report)]
+            if not self._to_be_timed(report, tampered):
+                return self._finish(report, self._observations(report, tampered=tampered))
+            compile_missing = self._compile_stage(entry)
+            if not self._judge_healthy:
+                self.builder.extra.timing_skipped = f"the judge is gone: {compile_missing}"
+                return self._finish(report, self._observations(report, tampered=tampered))
+            timing, observations = self._timing_stage(entry, runner, report, tampered, compile_missing)
+            return self._finish(report, observations, timing)
+        except _JobEnds as ended:
+            return ended.result
+
+    def _run_candidate(self, entry: CachedReference, runner: WarmRunner) -> CandidateRun:
+        """Stage `candidate`: the judge's inputs to the candidate's runner, its module loaded, one call run."""
         opts = self.options
         judge = entry.judge
         generated = judge.generated
@@ -285,22 +339,26 @@ class DeviceStage:
                                            payload=inputs.payload), RunDone, deadline)
             except UserFailure as failure:
                 self._note_memory(failure)
-                return self.builder.candidate_failure(failure, during="run")
+                raise _JobEnds(self.builder.candidate_failure(failure, during="run")) from failure
         self.builder.compiled = True
-        tampered = list(done.tampered)
+        return CandidateRun(done=done, tampered=list(done.tampered), deadline=deadline, judge_deadline=judge_deadline)
 
+    def _compare(self, entry: CachedReference, run: CandidateRun) -> CorrectnessReport:
+        """Stage `compare`: the candidate's outputs judged by the judge, on its device."""
         notify(self.on_stage, Stage.compare)
         with self.builder.stage(Stage.compare):
-            if done.payload is None:
-                return self.builder.fail(EvalStatus.incorrect, ErrorKind.invalid_output,
-                                         "the candidate's outputs could not be read: its reply carried no tensors")
+            if run.done.payload is None:
+                raise _JobEnds(self.builder.fail(EvalStatus.incorrect, ErrorKind.invalid_output,
+                                                 "the candidate's outputs could not be read: its reply carried no "
+                                                 "tensors"))
             comparison: Comparison = self._judge_call(
-                "comparing", lambda: judge.compare(done, judge_deadline, probe_check=self.probe_check))
+                "comparing", lambda: entry.judge.compare(run.done, run.judge_deadline, probe_check=self.probe_check))
             if comparison.report is None:
-                return self.builder.fail(EvalStatus.incorrect, ErrorKind.invalid_output, comparison.invalid or "")
+                raise _JobEnds(self.builder.fail(EvalStatus.incorrect, ErrorKind.invalid_output,
+                                                 comparison.invalid or ""))
             report = comparison.report
             if comparison.perturbed_trials:
-                self.builder.extra["perturbed_trials"] = comparison.perturbed_trials
+                self.builder.extra.perturbed_trials = comparison.perturbed_trials
             shape = report.shape_trial
             if shape is not None and shape.ran and shape.passed is False:
                 seen = f"inputs {shape.problem_shapes} -> {shape.shapes}: {shape.message}"
@@ -308,58 +366,66 @@ class DeviceStage:
                     self._shape_precision = seen
                 else:
                     self._shape_failure = seen
+        return report
+
+    def _trace(self, runner: WarmRunner, run: CandidateRun, report: CorrectnessReport) -> list[str]:
+        """One traced call of a candidate whose outputs passed: which kernels ran (attribution). Returns what
+        the traced call tampered with."""
         # Not after a failed doubled-batch trial: that may also have broken the CUDA context.
-        if report.passed and not self._shape_failure:
-            try:
-                traced = session.request(Trace(), Traced, deadline)
-            except UserFailure as failure:
-                self._note_memory(failure)
-                return self.builder.candidate_failure(failure, during="kernel trace")
-            self._attribution = attribute(traced.events,
-                                          own_kernel_names(self.prepared.request.candidate), opts.device.value)
-            if self._attribution is None:
-                log.warning("the kernel trace recorded no GPU activity; attribution skipped (is CUPTI usable?)")
-                self.builder.extra["attribution_skipped"] = "the profiler recorded no GPU activity"
-            else:
-                self.builder.coverage = self._attribution.report
-                if self._attribution.truncated:
-                    self.builder.extra["trace_truncated"] = True
-            tampered += traced.tampered
+        if not report.passed or self._shape_failure:
+            return []
+        try:
+            traced = runner.session.request(Trace(), Traced, run.deadline)
+        except UserFailure as failure:
+            self._note_memory(failure)
+            raise _JobEnds(self.builder.candidate_failure(failure, during="kernel trace")) from failure
+        self._attribution = attribute(traced.events, own_kernel_names(self.prepared.request.candidate),
+                                      self.options.device.value)
+        if self._attribution is None:
+            log.warning("the kernel trace recorded no GPU activity; attribution skipped (is CUPTI usable?)")
+            self.builder.extra.attribution_skipped = "the profiler recorded no GPU activity"
+        else:
+            self.builder.coverage = self._attribution.report
+            if self._attribution.truncated:
+                self.builder.extra.trace_truncated = True
+        return list(traced.tampered)
+
+    def _to_be_timed(self, report: CorrectnessReport, tampered: list[str]) -> bool:
         # Tampering rejects (KJ-R01) unless the job switched that rule off: then timing runs, and its own
         # evidence (the supervisor's clock) decides.
-        rejected_for_tampering = bool(tampered) and not is_disabled(TAMPER_RULE, opts.policy.disabled_rules)
-        if rejected_for_tampering or not report.passed or self._shape_failure or not opts.timing:
-            return self._finish(report, self._observations(report, tampered=tampered))
+        rejected_for_tampering = bool(tampered) and not is_disabled(TAMPER_RULE, self.options.policy.disabled_rules)
+        return not rejected_for_tampering and report.passed and not self._shape_failure and self.options.timing
 
+    def _compile_stage(self, entry: CachedReference) -> str | None:
+        """Stage `compile_baseline`: why this job has no torch.compile baseline, or None."""
         # Still in the shared "compare" schedule: a compile never holds the GPU exclusively.
         with self.builder.stage(Stage.compile_baseline):
-            compile_missing = self._compile_baseline(entry)
-        if not self._judge_healthy:
-            self.builder.extra["timing_skipped"] = f"the judge is gone: {compile_missing}"
-            return self._finish(report, self._observations(report, tampered=tampered))
+            return self._compile_baseline(entry)
 
+    def _timing_stage(self, entry: CachedReference, runner: WarmRunner, report: CorrectnessReport,
+                      tampered: list[str], compile_missing: str | None) -> tuple[TimingReport, Observations]:
+        """Stage `timing`: the paired timing window, on the lane's reserved cores, the device held exclusively."""
         notify(self.on_stage, Stage.timing)
         timed = [entry.judge.pid, runner.session.process.pid]
         with self.builder.stage(Stage.timing), timing_cores(self.settings.cpu_plan(), timed):
             try:
-                timing, observations = self._timing(entry, runner, report, tampered, compile_missing)
+                return self._timing(entry, runner, report, tampered, compile_missing)
             except _ReferenceTimingFailure as wrapped:
                 # The reference already ran cleanly; dying or hanging now points at the candidate
                 # (GPU work it left running), so only its own errors are held against the reference.
                 self._judge_healthy = False
                 reference_failure = wrapped.failure
                 if reference_failure.kind in (FailureKind.timeout, FailureKind.crashed):
-                    return self.builder.candidate_failure(reference_failure, during="timing")
-                return self.builder.reference_failure(reference_failure)
+                    raise _JobEnds(self.builder.candidate_failure(reference_failure, during="timing")) from wrapped
+                raise _JobEnds(self.builder.reference_failure(reference_failure)) from wrapped
             except UserFailure as failure:
-                return self.builder.candidate_failure(failure, during="timing")
-        return self._finish(report, observations, timing)
+                raise _JobEnds(self.builder.candidate_failure(failure, during="timing")) from failure
 
     def _finish(self, report: CorrectnessReport, observations: Observations,
                 timing: TimingReport | None = None) -> EvalResult:
         self.builder.add_rules(runtime_rules(observations, self.options.policy))
         if observations.physics is not None:
-            self.builder.extra["physics"] = observations.physics.report()
+            self.builder.extra.physics = observations.physics.report()
         notify(self.on_stage, Stage.reward)
         return self.builder.finish(correctness=report, timing=timing)
 
@@ -395,7 +461,7 @@ class DeviceStage:
         attached = compile_baseline.attach(
             self._baseline_key, self.prepared.request.reference, self.options, self.settings, wait=wait,
             release_device=lambda: notify(self.on_stage, Stage.compile_baseline_wait))
-        self.builder.extra["compile_baseline"] = attached.extra()
+        self.builder.extra.compile_baseline = attached.extra()
         self._compile_record = attached.record if attached.missing is None else None
         return attached.missing
 
@@ -416,8 +482,8 @@ class DeviceStage:
             entry.held = dataclasses.replace(held, device_bytes=held.device_bytes + variants.device_bytes) \
                 if opts.device == Device.cuda else dataclasses.replace(held, host_bytes=held.host_bytes
                                                                        + variants.device_bytes)
-        self.builder.extra["timing_variants"] = {"per_input_set": [count - 1 for count in variants.counts],
-                                                 **({"skipped": variants.skipped} if variants.skipped else {})}
+        self.builder.extra.timing_variants = TimingVariantsNote(per_input_set=[count - 1 for count in variants.counts],
+                                                                skipped=variants.skipped or None)
         if variants.reply.payload is not None:
             session.request(ApplyTimingVariants(payload=variants.reply.payload), VariantsApplied, deadline)
         reference_order, candidate_order = CallOrder(variants.counts, rng), CallOrder(variants.counts, rng)
@@ -454,7 +520,7 @@ class DeviceStage:
         checks = min(self.settings.timed_checks, self.settings.timing_variant_max_bytes // output_bytes) \
             if output_bytes else self.settings.timed_checks
         window = measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng)
-        self.builder.extra["candidate_paused"] = sorted(set(pauses))
+        self.builder.extra.candidate_paused = sorted(set(pauses))
         # Outside the measured window: one call per input set, each output kept for the judge (KJ-R02).
         pool_size = len(variants.counts)
         kept = candidate_block(pool_size, 0, pool_size)
@@ -482,8 +548,8 @@ class DeviceStage:
             candidate_device_median_ms=cand_stats.median_ms, candidate_device_std_ms=cand_stats.std_ms,
             speedup=speedup, clock_check=clock,
         )
-        self.builder.extra["timing_runs"] = {"reference": cand_stats.n, "candidate": cand_stats.n,
-                                             "pairs": len(window.pairs), "runs_per_block": window.runs_per_block}
+        self.builder.extra.timing_runs = TimingRunsNote(reference=window.reference_stats.n, candidate=cand_stats.n,
+                                                        pairs=len(window.pairs), runs_per_block=window.runs_per_block)
         return timing, observations
 
     def _add_compile_timing(self, timing: TimingReport, entry: CachedReference, window: PairedWindow,

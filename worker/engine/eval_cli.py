@@ -11,16 +11,15 @@ import logging
 import sys
 from pathlib import Path
 
-from ..models import (
+from contract.requests import (
     DEFAULT_REWARD_BASELINE,
     REWARD_BASELINES,
-    Device,
     EvalOptions,
     EvalRequest,
-    EvalResult,
     PolicyConfig,
-    SandboxKind,
 )
+from contract.results import EvalResult
+from contract.statuses import Device, SandboxKind
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,10 +105,10 @@ def summary(result: EvalResult) -> str:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    from .sandbox.spawner import start_spawner
+    from worker.engine.sandbox.spawner import start_spawner
 
     start_spawner()  # before any thread: every sandbox of this process starts through it
-    from .evaluation import evaluate
+    from worker.engine.evaluation import evaluate
 
     options = EvalOptions(
         device=args.device, trials=args.trials, seed=args.seed, atol=args.atol, rtol=args.rtol,
@@ -120,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     )
     request = EvalRequest(reference=_read(args.reference), candidate=_read(args.candidate), options=options)
     progress = None if args.json else (lambda stage: print(f"... {stage}", file=sys.stderr, flush=True))
-    from .settings import EngineSettings
+    from worker.engine.settings import EngineSettings
 
     settings = EngineSettings.from_env()
     # One evaluation and exit: a warm runner started for a next job would only be thrown away.

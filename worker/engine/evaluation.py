@@ -5,7 +5,7 @@ Split in two so that builds can run on CPU cores while the GPU is busy timing an
 timing, verification, reward; needs the device). `evaluate` does both.
 
 Trust boundary: every piece of user code runs in a sandboxed child (worker.engine.launch). The
-reference runs in the problem's judge (worker.engine.judge), which keeps its outputs and compares; the
+reference runs in the problem's judge (worker.engine.reference.judge), which keeps its outputs and compares; the
 verdict is made in this process; a candidate's runner gets the inputs only.
 """
 
@@ -15,24 +15,20 @@ import logging
 import socket
 import uuid
 
-from ..models import (
-    Backend,
-    Device,
-    EnvironmentInfo,
-    ErrorKind,
-    EvalRequest,
-    EvalResult,
-    EvalStatus,
-)
-from . import build, triton_cache, validate
-from .device_stage import DeviceStage
-from .launch import UserFailure
-from .prepared_job import PreparedJob, StageCallback
-from .prepared_job import notify as _notify
-from .result_builder import ResultBuilder
-from .sandbox import SandboxUnavailable
-from .settings import EngineSettings
-from .stage import Stage
+from contract.requests import EvalRequest
+from contract.results import EnvironmentInfo, ErrorKind, EvalResult
+from contract.statuses import Backend, Device, EvalStatus
+from worker.engine import validate
+from worker.engine.build import builder as build
+from worker.engine.build import triton_cache
+from worker.engine.device_stage import DeviceStage
+from worker.engine.launch import UserFailure
+from worker.engine.prepared_job import PreparedJob, StageCallback
+from worker.engine.prepared_job import notify as _notify
+from worker.engine.sandbox import SandboxUnavailable
+from worker.engine.settings import EngineSettings
+from worker.engine.stage import Stage
+from worker.engine.verdict.result_builder import ResultBuilder
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +63,7 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
             validate.validate_candidate(request.candidate)
         except validate.SourceProblem as problem:
             return builder.fail(EvalStatus.invalid_input, problem.kind, problem.message, line=problem.line)
-        from .policy import check_candidate, detect_backend
+        from worker.engine.policy import check_candidate, detect_backend
 
         backend = options.backend or detect_backend(request.candidate)
         builder.backend = backend
@@ -101,14 +97,14 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
         except UserFailure as failure:
             prepared.discard()
             if isinstance(failure, build.BuildFailure) and failure.record is not None:
-                builder.extra["build"] = failure.record.summary()
+                builder.extra.build = failure.record.summary()
             return builder.candidate_failure(failure, during="build")
         except SandboxUnavailable as exc:
             prepared.discard()
             return builder.fail(EvalStatus.sandbox_error, ErrorKind.sandbox_unavailable, str(exc))
     builder.compiled = True
-    builder.extra["build_cached"] = outcome.cached
-    builder.extra["build"] = outcome.record.summary()  # {"path": fast|full, "reason", "seconds"}
+    builder.extra.build_cached = outcome.cached
+    builder.extra.build = outcome.record.summary()
     prepared.ext_dir = outcome.ext_dir
     return prepared
 

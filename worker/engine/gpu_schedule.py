@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .stage import Stage
+from worker.engine.stage import Stage
 
 # Waits inside a job's device stages that must not hold the device: for its problem's judge being
 # started ahead (judge_start), and for its problem's compile baseline (baseline_worker), both of which

@@ -9,9 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..models import SandboxKind
-from .gpu_arch import visible_devices_value
-from .sandbox import (
+import contract
+import sandbox_side
+from contract.statuses import SandboxKind
+from sandbox_side.runtime.failure_kind import FailureKind
+from sandbox_side.runtime.harness_output import USER_OUTPUT_MARK
+from sandbox_side.runtime.messages import Command, ErrorReply, Load, Loaded, MessageError, Ready, Reply
+from worker.engine.gpu_arch import visible_devices_value
+from worker.engine.sandbox import (
     Mount,
     ResourceLimits,
     SandboxExited,
@@ -20,29 +25,28 @@ from .sandbox import (
     SandboxTimeout,
     Scratch,
 )
-from .sandbox.bwrap import gpu_device_nodes
-from .sandbox.process import PAYLOAD_KEY, MarkedLog
-from .sandbox_runtime.failure_kind import FailureKind
-from .sandbox_runtime.harness_output import USER_OUTPUT_MARK
-from .sandbox_runtime.messages import Command, ErrorReply, Load, Loaded, MessageError, Ready, Reply
-from .settings import EngineSettings
+from worker.engine.sandbox.bwrap import gpu_device_nodes
+from worker.engine.sandbox.process import PAYLOAD_KEY, MarkedLog
+from worker.engine.settings import EngineSettings
 
-RUNTIME_DIR = Path(__file__).resolve().parent / "sandbox_runtime"
-# The judge compares with this package's own comparison code, mounted read-only (never for a candidate).
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # worker/, the package the judge imports it from
+# What a sandbox imports of ours: the sandbox side (runtime, judging, timer, builder) and the contract its
+# judge's reports are made of, each mounted read-only under SANDBOX_LIB. Nothing of the supervisor's is
+# mounted: inside a sandbox, `import worker` fails.
+SANDBOX_SIDE_DIR = Path(sandbox_side.__file__).resolve().parent
+CONTRACT_DIR = Path(contract.__file__).resolve().parent
+SANDBOX_LIB = "/kj/lib"
 # Where torch builds and finds load_inline extensions (TORCH_EXTENSIONS_DIR), in the build sandbox and
 # in the run: the same path, so a run finds the build up to date. A size-capped tmpfs in both; a
-# run gets its built extension read-only at EXT_BUILT and copies it there (sandbox_runtime/runner.py).
+# run gets its built extension read-only at EXT_BUILT and copies it there (sandbox_side/runtime/runner.py).
 EXT_DIR = "/kj/ext"
 EXT_BUILT = "/kj/ext-built"
-# KJ_RUNTIME is the runtime package's directory (mapped to the host path without a sandbox).
-BOOT = ("import os, sys; sys.path.insert(0, os.path.dirname(os.environ['KJ_RUNTIME'])); "
-        "from sandbox_runtime.runner import run_and_exit; run_and_exit()")
+BOOT = ("import os, sys; sys.path.insert(0, os.environ['KJ_LIB']); "
+        "from sandbox_side.boot import run_and_exit; run_and_exit()")
 
 
 @dataclass
 class UserFailure(Exception):
-    """The user code (or the sandbox around it) failed; `kind` says how (sandbox_runtime/failure_kind.py)."""
+    """The user code (or the sandbox around it) failed; `kind` says how (sandbox_side/runtime/failure_kind.py)."""
 
     kind: FailureKind
     message: str
@@ -95,11 +99,9 @@ class RunnerConfig:
 
 def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: ResourceLimits) -> SandboxSpec:
     paths = config.paths
-    mounts = [Mount(RUNTIME_DIR, "/kj/rt/sandbox_runtime")]
+    mounts = [Mount(SANDBOX_SIDE_DIR, f"{SANDBOX_LIB}/sandbox_side"), Mount(CONTRACT_DIR, f"{SANDBOX_LIB}/contract")]
     if paths.source is not None:
         mounts.append(Mount(paths.source, "/kj/src/module.py"))
-    if config.role == "reference" and config.mode == "run":
-        mounts.append(Mount(PACKAGE_DIR, "/kj/lib/worker"))
     if paths.ext_dir is not None:
         mounts.append(Mount(paths.ext_dir, EXT_BUILT))
     bin_dir = os.path.dirname(sys.executable)
@@ -109,13 +111,12 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         "PATH": f"{bin_dir}:{cuda_home}/bin:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "LANG": "C.UTF-8",
-        "KJ_RUNTIME": "/kj/rt/sandbox_runtime",
         "KJ_ROLE": config.role,
         "KJ_MODE": config.mode,
         "KJ_DEVICE": config.device,
         "KJ_SOURCE": "/kj/src/module.py",
         "TORCH_EXTENSIONS_DIR": EXT_DIR,
-        "KJ_LIB": "/kj/lib/worker",
+        "KJ_LIB": SANDBOX_LIB,
         # In the runner's private /tmp: each runner serves one candidate, so no candidate ever
         # reads a Triton cache another one wrote (a candidate runner's is set below).
         "TRITON_CACHE_DIR": "/tmp/triton-cache",
@@ -125,7 +126,7 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         "MAX_JOBS": threads,
     }
     if config.role == "reference":
-        # The judge's torch.compile baseline (sandbox_runtime/compile_baseline.py) writes its
+        # The judge's torch.compile baseline (sandbox_side/judging/compiled_reference.py) writes its
         # Inductor cache in the judge's private /tmp: without a user name in the sandbox, Inductor's
         # default path cannot be formed.
         env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/inductor-cache"
@@ -134,13 +135,13 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         env["KJ_EXT_BUILT"] = EXT_BUILT
     if config.role == "candidate" and config.mode == "run" and paths.ext_dir is not None:
         # The candidate's own Triton cache, copied into its extension folder for this runner only
-        # (worker/engine/triton_cache.py): kernels compile once per candidate source, not per sandbox.
+        # (worker/engine/build/triton_cache.py): kernels compile once per candidate source, not per sandbox.
         env["TRITON_CACHE_DIR"] = "/kj/ext/triton-cache"
     if os.path.isdir(cuda_home):
         env["CUDA_HOME"] = cuda_home
     if config.device == "cpu":
         # Triton kernels run under Triton's interpreter on CPU tensors, Numba's @cuda.jit kernels
-        # under Numba's CUDA simulator (sandbox_runtime/numba_simulator.py adapts it to torch tensors).
+        # under Numba's CUDA simulator (sandbox_side/runtime/numba_simulator.py adapts it to torch tensors).
         env["TRITON_INTERPRET"] = "1"
         env["NUMBA_ENABLE_CUDASIM"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -165,7 +166,7 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
 
 
 class RunnerSession:
-    """A started runner: send a command, read its reply (sandbox_runtime/messages.py), errors and anything
+    """A started runner: send a command, read its reply (sandbox_side/runtime/messages.py), errors and anything
     that is not the reply expected turned into UserFailure."""
 
     def __init__(self, config: RunnerConfig, settings: EngineSettings, limits: ResourceLimits) -> None:
@@ -223,7 +224,7 @@ class RunnerSession:
 
     def logs(self) -> str:
         """The loaded module's own output (stdout, then stderr): nothing the runner printed before
-        `load`, nor the profiler's lines (sandbox_runtime/harness_output.py)."""
+        `load`, nor the profiler's lines (sandbox_side/runtime/harness_output.py)."""
         streams = (self.process.stdout, self.process.stderr)
         assert all(isinstance(stream, MarkedLog) for stream in streams)
         parts = (stream.after_mark().strip() for stream in streams)  # type: ignore[union-attr]

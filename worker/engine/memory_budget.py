@@ -17,7 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from .process_tree import descendants
+from worker.engine.process_tree import descendants
 
 log = logging.getLogger(__name__)
 

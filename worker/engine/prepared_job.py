@@ -7,9 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models import Backend, EvalRequest
-from .result_builder import ResultBuilder
-from .stage import Stage
+from contract.requests import EvalRequest
+from contract.statuses import Backend
+from worker.engine.stage import Stage
+from worker.engine.verdict.result_builder import ResultBuilder
 
 # Called with each stage as it starts (stage.Stage: validate, build, reference, candidate, compare,
 # timing, reward, and the waits). The service uses it to move a job from `building` to `running`.

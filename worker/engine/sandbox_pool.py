@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models import Device, SandboxKind
-from .launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
-from .sandbox import IsolationConfig, ResourceLimits, SandboxUnavailable
-from .settings import EngineSettings
+from contract.statuses import Device, SandboxKind
+from worker.engine.launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
+from worker.engine.sandbox import IsolationConfig, ResourceLimits, SandboxUnavailable
+from worker.engine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 

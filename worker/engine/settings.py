@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .cpu_plan import CpuPlan, plan_cpus
-from .sandbox.spec import MIB, SANDBOX_MEMORY_BYTES, IsolationConfig
+from worker.engine.cpu_plan import CpuPlan, plan_cpus
+from worker.engine.sandbox.spec import MIB, SANDBOX_MEMORY_BYTES, IsolationConfig
 
 if TYPE_CHECKING:
-    from .baselines import BaselineBook
-    from .gpu_schedule import GpuSchedule
+    from worker.engine.gpu_schedule import GpuSchedule
+    from worker.engine.timing.baselines import BaselineBook
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -46,13 +46,13 @@ class EngineSettings:
     # per sandbox for a root-run worker, sandbox/identity.py): judges, candidate runners and builds.
     sandbox_memory_bytes: int = SANDBOX_MEMORY_BYTES
     cpu_threads: int = 2
-    # The device's copy bandwidth (GB/s, read + written) for the physics rule KJ-R06 (worker/engine/physics.py);
+    # The device's copy bandwidth (GB/s, read + written) for the physics rule KJ-R06 (worker/engine/verdict/physics.py);
     # 0: measured on the device by each judge (the fastest measurement per device model counts).
     peak_bandwidth_gbps: float = 0.0
     # Distinct input sets rotated during timing (no pointer or value repeats between calls).
     timing_pool_size: int = 4
     # Variants of each timing input set (values changed at secret positions before each timed call, the
-    # reference's outputs for each kept by the judge: sandbox_runtime/timing_variants.py); 0: none. The
+    # reference's outputs for each kept by the judge: sandbox_side/timing/timing_variants.py); 0: none. The
     # judge makes fewer when the reference's outputs for them would exceed timing_variant_max_bytes.
     timing_variants: int = 3
     timing_variant_max_bytes: int = 512 * MIB
@@ -61,7 +61,7 @@ class EngineSettings:
     timed_checks: int = 8
     # The doubled-batch trial (KJ-R09) is skipped when its inputs would exceed this.
     shape_trial_max_bytes: int = 4 * 1024**3
-    # Per-candidate Triton caches (keyed by the candidate source's hash; worker/engine/triton_cache.py).
+    # Per-candidate Triton caches (keyed by the candidate source's hash; worker/engine/build/triton_cache.py).
     triton_cache: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "kerneljudge" / "triton-cache")
 
     # The probe trials (scaled, rounding, spikes inputs) are skipped when one input set or one trial's
@@ -87,7 +87,7 @@ class EngineSettings:
     # for every job on this worker whatever the job's options say.
     compile_baseline: bool = True
     compile_baseline_timeout_s: float = 600.0
-    # Persisted per-problem baselines (worker/engine/baselines.py) older than this are measured again.
+    # Persisted per-problem baselines (worker/engine/timing/baselines.py) older than this are measured again.
     baseline_retime_s: float = 86400.0
     # Where baselines are kept: the job store's book for the service (set by the pipeline); None: this
     # process's memory.
@@ -106,7 +106,7 @@ class EngineSettings:
     def cuda_arch(self) -> str | None:
         """TORCH_CUDA_ARCH_LIST for this worker's GPU: configured, or read once from nvidia-smi."""
         if self.cuda_arch_list is None:
-            from .gpu_arch import detect_cuda_arch
+            from worker.engine.gpu_arch import detect_cuda_arch
 
             self.cuda_arch_list = detect_cuda_arch(self.gpu_index)
         return self.cuda_arch_list
@@ -181,7 +181,7 @@ class EngineSettings:
 
     def baseline_book(self) -> BaselineBook:
         if self.baselines is None:
-            from .baselines import MemoryBaselineBook
+            from worker.engine.timing.baselines import MemoryBaselineBook
 
             self.baselines = MemoryBaselineBook()
         return self.baselines

@@ -21,9 +21,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..models import Backend, Device, EvalOptions, EvalRequest, EvalStatus
-from .sandbox.python_roots import describe_unreachable, module_location, unreachable_modules
-from .settings import EngineSettings
+from contract.requests import EvalOptions, EvalRequest
+from contract.statuses import Backend, Device, EvalStatus
+from worker.engine.sandbox.python_roots import describe_unreachable, module_location, unreachable_modules
+from worker.engine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def check_request(device: Device) -> EvalRequest:
 
 def run_startup_check(settings: EngineSettings, device: Device) -> StartupCheck:
     """One evaluation end to end through the judge and a candidate sandbox, plus the package check."""
-    from .evaluation import evaluate
+    from worker.engine.evaluation import evaluate
 
     started = time.monotonic()
     # Its judge is not kept in the worker's reference cache (a cache of no entries is its own).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..models import ErrorKind
+from contract.results import ErrorKind
 
 
 @dataclass

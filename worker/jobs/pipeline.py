@@ -8,7 +8,7 @@ Each device has a `DeviceLane`. A lane admits at most `capacity` jobs at once
 (`device_concurrency` on the device plus `prepare_ahead` being prepared or waiting), so the
 node never claims or builds far more than its devices consume: a caller waits for room in
 `admit()` before it claims a job. The prepare threads are shared by the lanes of a process;
-heavy CUDA builds are further limited by the build pool (worker/engine/cuda_build/pool.py).
+heavy CUDA builds are further limited by the build pool (worker/engine/build/pool.py).
 
 Both executors feed lanes through `admit()`: the embedded workers (app/executors.py) claim the
 next queued job from the store, the Celery task (worker/jobs/distributed/tasks.py) claims the job
@@ -35,14 +35,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from worker.engine.cuda_build.pool import build_slots
+from worker.engine.build.pool import build_slots
 from worker.engine.gpu_monitor import memory_share_of
 from worker.engine.gpu_schedule import GpuSchedule
 from worker.jobs.claim_policy import DEFAULT_BURST, ClaimPolicy
-from worker.jobs.store import Job, JobStore
-from worker.jobs.store.baselines import StoreBaselineBook
-from worker.jobs.store.queue import ClaimChoice
-from worker.jobs.store.runner import (
+from worker.jobs.engine_call import (
     EngineCalls,
     ReadyJob,
     WorkerIdentity,
@@ -51,6 +48,9 @@ from worker.jobs.store.runner import (
     prepare_claimed,
     real_engine,
 )
+from worker.jobs.store import Job, JobStore
+from worker.jobs.store.baseline_rows import StoreBaselineBook
+from worker.jobs.store.queue import ClaimChoice
 from worker.jobs.watchdog import LaneWatchdog
 
 log = logging.getLogger(__name__)

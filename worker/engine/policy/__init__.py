@@ -8,7 +8,7 @@ table lives in `registry.RULES`; `PolicyConfig.disabled_rules` switches rules of
 (by full id or by number, e.g. "KJ302").
 """
 
-from .checker import check_candidate, detect_backend, verdict
-from .registry import RULES, RULES_BY_ID, Rule, rule
+from worker.engine.policy.checker import check_candidate, detect_backend, verdict
+from worker.engine.policy.registry import RULES, RULES_BY_ID, Rule, rule
 
 __all__ = ["RULES", "RULES_BY_ID", "Rule", "check_candidate", "detect_backend", "rule", "verdict"]

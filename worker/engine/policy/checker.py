@@ -6,13 +6,14 @@ import ast
 import logging
 from collections.abc import Callable, Iterable
 
-from worker.models import Backend, PolicyConfig, RuleHit
-
-from . import rules_caching, rules_compute, rules_cuda, rules_escape, rules_timing
-from .context import PolicyContext
-from .cuda_sources import find_cuda_sources
-from .pyfacts import CandidateFacts, build_facts, dotted_qualname
-from .registry import Finding, is_disabled, rule
+from contract.requests import PolicyConfig
+from contract.results import RuleHit
+from contract.statuses import Backend
+from worker.engine.policy import rules_caching, rules_compute, rules_cuda, rules_escape, rules_timing
+from worker.engine.policy.context import PolicyContext
+from worker.engine.policy.cuda_sources import find_cuda_sources
+from worker.engine.policy.pyfacts import CandidateFacts, build_facts, dotted_qualname
+from worker.engine.policy.registry import Finding, is_disabled, rule
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,10 @@ import ast
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from worker.models import Backend
-
-from .cuda_sources import CudaSource
-from .pyfacts import CandidateFacts, dotted_qualname, reached_module
-from .registry import Finding
+from contract.statuses import Backend
+from worker.engine.policy.cuda_sources import CudaSource
+from worker.engine.policy.pyfacts import CandidateFacts, dotted_qualname, reached_module
+from worker.engine.policy.registry import Finding
 
 # Bare names that mean something without an import (when the candidate does not rebind them).
 BUILTIN_NAMES = frozenset({

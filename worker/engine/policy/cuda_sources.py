@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from .pyfacts import CandidateFacts
+from worker.engine.policy.pyfacts import CandidateFacts
 
 # load_inline(name, cpp_sources, cuda_sources=None, ...): positional slots of the sources.
 SOURCE_KEYWORDS = {"cpp_sources": 1, "cuda_sources": 2}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from .context import NameRule, PolicyContext, name_findings, resolved_name
-from .pyfacts import CandidateFacts, decorator_name
-from .registry import Finding
-from .vocab import ALLOCATION_CALLS
+from worker.engine.policy.context import NameRule, PolicyContext, name_findings, resolved_name
+from worker.engine.policy.pyfacts import CandidateFacts, decorator_name
+from worker.engine.policy.registry import Finding
+from worker.engine.policy.vocab import ALLOCATION_CALLS
 
 MUTATING_METHODS = frozenset({
     "append", "extend", "insert", "update", "setdefault", "add", "__setitem__", "put", "appendleft", "push",

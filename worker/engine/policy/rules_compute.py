@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from .context import NameRule, PolicyContext, name_findings
-from .registry import Finding
+from worker.engine.policy.context import NameRule, PolicyContext, name_findings
+from worker.engine.policy.registry import Finding
 
 OUTSOURCING_NAMES = [
     NameRule("torch.compile", "KJ111-torch-compile"),

@@ -14,11 +14,11 @@ import ast
 import re
 from collections.abc import Iterator
 
-from .context import PolicyContext
-from .cuda_sources import CudaSource
-from .cuda_tokens import Token, directive_body_tokens, include_target, tokenize
-from .registry import Finding
-from .vocab import VERDICT_PATTERN
+from worker.engine.policy.context import PolicyContext
+from worker.engine.policy.cuda_sources import CudaSource
+from worker.engine.policy.cuda_tokens import Token, directive_body_tokens, include_target, tokenize
+from worker.engine.policy.registry import Finding
+from worker.engine.policy.vocab import VERDICT_PATTERN
 
 # Free functions called as name(...): rule id per name.
 CALL_RULES: dict[str, str] = {

@@ -6,10 +6,10 @@ import ast
 import re
 from collections.abc import Iterator
 
-from .context import NameRule, PolicyContext, name_findings, resolved_name
-from .pyfacts import REACH_MODULES, chain_attributes
-from .registry import Finding
-from .vocab import VERDICT_PATTERN
+from worker.engine.policy.context import NameRule, PolicyContext, name_findings, resolved_name
+from worker.engine.policy.pyfacts import REACH_MODULES, chain_attributes
+from worker.engine.policy.registry import Finding
+from worker.engine.policy.vocab import VERDICT_PATTERN
 
 _I, _D, _X, _S, _N, _F, _C, _M = (
     "KJ401-introspection", "KJ402-dynamic-code", "KJ403-process-exit", "KJ404-process-spawn",

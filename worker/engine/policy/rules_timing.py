@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from .context import NameRule, PolicyContext, name_findings, resolved_name
-from .pyfacts import dotted_qualname
-from .registry import Finding
+from worker.engine.policy.context import NameRule, PolicyContext, name_findings, resolved_name
+from worker.engine.policy.pyfacts import dotted_qualname
+from worker.engine.policy.registry import Finding
 
 TIMING_NAMES = [
     *(NameRule(p, "KJ302-background-thread") for p in (

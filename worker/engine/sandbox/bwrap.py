@@ -16,8 +16,8 @@ import os
 import shutil
 import stat
 
-from .python_roots import covered, python_roots
-from .spec import SandboxSpec
+from worker.engine.sandbox.python_roots import covered, python_roots
+from worker.engine.sandbox.spec import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_FILES = (

@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spec import IsolationConfig
+from worker.engine.sandbox.spec import IsolationConfig
 
 log = logging.getLogger(__name__)
 

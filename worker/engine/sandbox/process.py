@@ -20,17 +20,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from ..process_tree import StoppedTree
-from ..sandbox_runtime.messages import Exit
-from . import bwrap
-from .identity import IsolationError, SandboxIdentity, acquire, count_tasks_of, freeze, thaw
-from .spawner import SpawnedChild, spawner
-from .spec import ResourceLimits, SandboxSpec
+from sandbox_side.runtime.messages import Exit
+from worker.engine.process_tree import StoppedTree
+from worker.engine.sandbox import bwrap
+from worker.engine.sandbox.identity import (
+    IsolationError,
+    SandboxIdentity,
+    acquire,
+    count_tasks_of,
+    freeze,
+    thaw,
+)
+from worker.engine.sandbox.spawner import SpawnedChild, spawner
+from worker.engine.sandbox.spec import ResourceLimits, SandboxSpec
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-# Tensor bytes after a message line (see sandbox_runtime/wire); raised per process by its user
+# Tensor bytes after a message line (see sandbox_side/runtime/wire); raised per process by its user
 # when larger payloads are expected (the judge's inputs, a candidate's outputs of known size).
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 PAYLOAD_KEY = "_payload"
@@ -351,7 +358,7 @@ class SandboxProcess:
             return
         if self._proc.poll() is None:
             try:
-                self.send(Exit().to_message())  # a runner leaves (sandbox_runtime/messages.py); others ignore it
+                self.send(Exit().to_message())  # a runner leaves (sandbox_side/runtime/messages.py); others ignore it
                 self._proc.wait(timeout=grace_s)
             except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
                 log.info("sandbox %s did not exit within %.1fs; killing it", self.name, grace_s)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-# What the sandboxed runtime imports (the judge also imports worker.models: pydantic).
+# What the sandboxed runtime imports (the judge also imports contract.results: pydantic).
 REQUIRED_MODULES = ("torch", "numpy", "pydantic", "pydantic_core", "typing_extensions", "annotated_types")
 OPTIONAL_MODULES = ("triton", "numba")
 

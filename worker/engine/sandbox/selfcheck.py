@@ -12,8 +12,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .process import SandboxExited, SandboxProcess, SandboxTimeout, SandboxUnavailable
-from .spec import IsolationConfig, ResourceLimits, SandboxSpec
+from worker.engine.sandbox.process import SandboxExited, SandboxProcess, SandboxTimeout, SandboxUnavailable
+from worker.engine.sandbox.spec import IsolationConfig, ResourceLimits, SandboxSpec
 
 # Variables of the sandbox's processes besides the spec's own: the message channel and bwrap's PWD.
 RUNTIME_VARIABLES = {"KJ_MSG_FD", "PWD"}
@@ -85,7 +85,7 @@ def check_sandbox(*, gpu_nodes: list[str], isolate_network: bool, env: dict[str,
 def require_working_sandbox(*, use_gpu: bool, gpu_index: int | None, isolate_network: bool,
                             isolation: IsolationConfig | None = None) -> SelfCheck:
     """Run the self-check at worker start; raise with the reason when the host cannot sandbox."""
-    from .bwrap import gpu_device_nodes
+    from worker.engine.sandbox.bwrap import gpu_device_nodes
 
     nodes = gpu_device_nodes(gpu_index) if use_gpu else []
     env = {"CUDA_VISIBLE_DEVICES": str(gpu_index)} if (use_gpu and gpu_index is not None) else {}

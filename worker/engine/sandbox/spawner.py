@@ -22,8 +22,8 @@ import sys
 import threading
 from pathlib import Path
 
-from . import spawn_server
-from .spawn_server import Exited, Spawned, SpawnFailed, SpawnRequest
+from worker.engine.sandbox import spawn_server
+from worker.engine.sandbox.spawn_server import Exited, Spawned, SpawnFailed, SpawnRequest
 
 log = logging.getLogger(__name__)
 

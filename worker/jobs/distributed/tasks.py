@@ -16,13 +16,12 @@ import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from worker.jobs.callbacks import CallbackSender
+from worker.jobs.distributed.celery_app import TASK_NAME, celery_app, time_limits
+from worker.jobs.engine_call import WorkerIdentity
 from worker.jobs.pipeline import DeviceLane, JobPipeline, LaneRestarted, PipelineConfig
 from worker.jobs.store import JobStore
-from worker.jobs.store.callbacks import CallbackSender
 from worker.jobs.store.jobs import job_time_limit_from_env
-from worker.jobs.store.runner import WorkerIdentity
-
-from .celery_app import TASK_NAME, celery_app, time_limits
 
 log = logging.getLogger(__name__)
 

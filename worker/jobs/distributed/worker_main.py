@@ -22,11 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
         # Fail at start, not on every job: the sandbox must work, and one tiny evaluation must go through
         # the judge and a candidate sandbox (worker/engine/startup_check.py) before this worker consumes.
+        from contract.statuses import Device
         from worker.engine.sandbox import SandboxUnavailable
         from worker.engine.sandbox.selfcheck import require_working_sandbox
         from worker.engine.settings import EngineSettings
         from worker.engine.startup_check import run_startup_check
-        from worker.models import Device
 
         pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         gpu = int(pinned) if pinned.isdigit() else None
@@ -37,17 +37,16 @@ def main(argv: list[str] | None = None) -> int:
         if not check.ok:
             raise SandboxUnavailable(f"start-up check failed, this worker does not start: {check.message} "
                                      "(KERNELJUDGE_SKIP_SELFCHECK=1 skips this check)")
-    from worker.engine.build import start_pch_warmup
+    from worker.engine.build.builder import start_pch_warmup
     from worker.engine.settings import EngineSettings
 
     # The precompiled header now, not on the first job's path (this process's builds wait for it).
     pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     start_pch_warmup(EngineSettings.from_env(), "cuda" if pinned.strip() not in ("", "-1") else "cpu")
     # Imported after parsing so that KERNELJUDGE_BROKER_URL (set by the parent) is in effect.
+    from worker.jobs.distributed import tasks  # noqa: F401  (registers the task)
+    from worker.jobs.distributed.celery_app import QUEUE_NAME, celery_app
     from worker.jobs.pipeline import PipelineConfig
-
-    from . import tasks  # noqa: F401  (registers the task)
-    from .celery_app import QUEUE_NAME, celery_app
 
     # One task thread per job the lane holds; with prefetch multiplier 1 the broker hands this
     # process no more messages than that, so unclaimed jobs stay in the queue for other hosts.

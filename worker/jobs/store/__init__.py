@@ -4,8 +4,14 @@ Shared by the API (`app`) and the workers, so it lives on the worker side: the d
 points from app to worker only.
 """
 
-from .jobs import JobStore, database_url_from_env, default_data_dir, normalise_url, problem_id_for
-from .records import (
+from worker.jobs.store.jobs import (
+    JobStore,
+    database_url_from_env,
+    default_data_dir,
+    normalise_url,
+    problem_id_for,
+)
+from worker.jobs.store.records import (
     ACTIVE_STATUSES,
     IN_FLIGHT_STATUSES,
     MAX_ATTEMPTS,

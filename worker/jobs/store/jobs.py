@@ -22,10 +22,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from .json_text import to_json_text
-from .migrations import upgrade_schema
-from .queue import ClaimChoice, QueueGroup, oldest_in_group, top_priority_groups
-from .records import (
+from worker.jobs.store.json_text import to_json_text
+from worker.jobs.store.migrations import upgrade_schema
+from worker.jobs.store.queue import ClaimChoice, QueueGroup, oldest_in_group, top_priority_groups
+from worker.jobs.store.records import (
     ACTIVE_STATUSES,
     IN_FLIGHT_STATUSES,
     MAX_ATTEMPTS,
@@ -35,9 +35,9 @@ from .records import (
     NewJob,
     Problem,
 )
-from .recovery import JobRecovery, died_reason
-from .repair import repair_stored_json
-from .schema import JobRow, ProblemProfileRow, ProblemRow
+from worker.jobs.store.recovery import JobRecovery, died_reason
+from worker.jobs.store.repair import repair_stored_json
+from worker.jobs.store.schema import JobRow, ProblemProfileRow, ProblemRow
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from .records import JobStatus
-from .schema import JobRow
+from worker.jobs.store.records import JobStatus
+from worker.jobs.store.schema import JobRow
 
 
 @dataclass(frozen=True)

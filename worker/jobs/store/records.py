@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from worker.models import JobStatus
+from contract.statuses import JobStatus
 
 ACTIVE_STATUSES = (JobStatus.queued.value, JobStatus.building.value, JobStatus.running.value)
 IN_FLIGHT_STATUSES = (JobStatus.building.value, JobStatus.running.value)

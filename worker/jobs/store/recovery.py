@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 
-from .records import IN_FLIGHT_STATUSES, MAX_ATTEMPTS, Job, JobStatus
-from .schema import JobRow
+from worker.jobs.store.records import IN_FLIGHT_STATUSES, MAX_ATTEMPTS, Job, JobStatus
+from worker.jobs.store.schema import JobRow
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

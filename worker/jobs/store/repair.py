@@ -14,8 +14,8 @@ import time
 from sqlalchemy import Engine, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from .json_text import to_json_text
-from .schema import JobRow, StoreMetaRow
+from worker.jobs.store.json_text import to_json_text
+from worker.jobs.store.schema import JobRow, StoreMetaRow
 
 log = logging.getLogger(__name__)
 

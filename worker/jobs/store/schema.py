@@ -92,7 +92,7 @@ class StoreMetaRow(Base):
 
 
 class BaselineRow(Base):
-    """A per-problem timing baseline (worker/engine/baselines.py), measured once, shared by every worker.
+    """A per-problem timing baseline (worker/engine/timing/baselines.py), measured once, shared by every worker.
 
     One row per (key digest, kind). The key's parts are kept beside the digest so that a row says what
     it is about; the record itself is JSON (medians, run counts, when, on what)."""

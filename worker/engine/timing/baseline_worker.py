@@ -1,0 +1,223 @@
+"""The torch.compile baseline, measured in the background, once per problem, and persisted.
+
+A job whose problem has no compile baseline yet (or only a stale one) asks for it here and goes on;
+background threads per device measure it with a judge of their own (never a job's judge, never a
+candidate's process), as soon as it is asked for, beside the batch that asked (one a job waits for
+first): the batch's later jobs of that problem get it. Waiting for a quiet lane instead meant that
+no job of a batch ever did (measured on an H100: `pending` on every job of every batch). It costs the
+batch little: the compile is host work on the build cores that starts only while nobody times, and
+the timing window takes its turn on the device like a job's.
+
+1. start the judge (the reference on one trial's inputs and the timing pool's; fresh secret seeds,
+   nothing of them kept) on the build cores, generating under the device's shared hold;
+2. compile the reference with torch.compile (default mode) and check its output on the first trial
+   against the eager one (sandbox_side/judging/compiled_reference.py); the compile is host work of 10-60 s,
+   so it holds nothing on the device: it starts only while nobody times (GpuSchedule.background);
+3. time the eager and the compiled reference interleaved in one exclusive window (a calibration run
+   of each, then alternating blocks, eager-compiled then compiled-eager, so that drift cancels), and
+4. persist both medians and run counts (baselines.CompileBaselineRecord, and the eager timing as a
+   ReferenceTimingRecord), or why there is no compiled baseline.
+
+Jobs then attach the record (worker/engine/timing/compile_baseline.py): a job's speedup against torch.compile
+is its own eager speedup times the record's eager/compiled ratio (baselines.compile_speedup). Only a
+job whose reward uses the compile baseline waits for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from contract.requests import EvalOptions
+from worker.engine.launch import UserFailure
+from worker.engine.reference.judge import JudgeSession
+from worker.engine.reference.reference_cache import new_seeds
+from worker.engine.settings import EngineSettings
+from worker.engine.timing.baselines import (
+    COMPILE_BASELINE,
+    BaselineKey,
+    CompileBaselineRecord,
+    Record,
+    ReferenceTimingRecord,
+)
+from worker.engine.timing.timing_protocol import PairedWindow, TimedBlock, measure_paired
+
+log = logging.getLogger(__name__)
+
+# Each side's timing budget in the window (at most the asking job's): a ratio of medians needs no more,
+# and the window holds the whole device.
+WINDOW_BUDGET_S = 1.0
+COMPILE_CORES = 4
+
+
+@dataclass(frozen=True)
+class BaselineTask:
+    key: BaselineKey
+    reference: str
+    options: EvalOptions  # the first asking job's: device, sandbox, tolerances and timing budget
+    asked_at: float = field(default_factory=time.monotonic, compare=False)
+
+
+def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, list[Record]]:
+    """Measure one problem's compile baseline (see the module docstring); the key is the one the judge
+    reports (its device model). Raises UserFailure when the reference itself fails."""
+    schedule = settings.gpu_schedule
+    opts = task.options.model_copy(update={"trials": 1, "seed": None,
+                                           "timing_budget_s": min(task.options.timing_budget_s, WINDOW_BUDGET_S)})
+    deadline = time.monotonic() + settings.compile_baseline_timeout_s
+    seeds = new_seeds(None, 1, settings.timing_pool_size)
+    seeds["shape_seeds"] = []
+    judge = JudgeSession(task.reference, opts, settings)
+    judge.session.process.spec.cpus = settings.cpu_plan().build_cpus or None
+    measured_on = f"{socket.gethostname()}:gpu{settings.gpu_index}" if settings.gpu_index is not None \
+        else socket.gethostname()
+    try:
+        judge.launch(deadline)
+        with schedule.shared() if schedule is not None else contextlib.nullcontext():
+            generated = judge.generate(seeds, deadline, shape_max_bytes=0)
+        key = BaselineKey.of(task.reference, opts.device.value, generated.environment.get("gpu_name"))
+        with schedule.background() if schedule is not None else contextlib.nullcontext():
+            try:
+                compiled = judge.compile(deadline)
+            except UserFailure as failure:
+                reason = f"torch.compile of the reference broke the judge ({failure.kind}): {failure.message[:500]}"
+                return key, [CompileBaselineRecord(False, time.time(), reason, measured_on=measured_on)]
+        if not compiled.available:
+            return key, [CompileBaselineRecord(False, time.time(), compiled.reason or "not available",
+                                               compile_s=compiled.compile_s, measured_on=measured_on)]
+
+        def eager_block(runs: int, warmup: int, _keep: int) -> TimedBlock:
+            return judge.time(runs, warmup, deadline)
+
+        def compiled_block(runs: int, warmup: int, _keep: int) -> TimedBlock:
+            return judge.time(runs, warmup, deadline, compiled=True)
+
+        # The same protocol as a job's timing: the two sides as neighbours in one exclusive window.
+        with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
+            try:
+                window: PairedWindow = measure_paired(eager_block, compiled_block, opts)
+            except UserFailure as failure:
+                reason = f"the compiled reference failed while timed ({failure.kind}): {failure.message[:500]}"
+                return key, [CompileBaselineRecord(False, time.time(), reason, compile_s=compiled.compile_s,
+                                                   measured_on=measured_on)]
+    finally:
+        judge.close()
+    eager, compiled_stats = window.reference_stats, window.candidate_stats
+    now = time.time()
+    return key, [
+        CompileBaselineRecord(True, now, None, eager.median_ms, compiled_stats.median_ms, eager.n, compiled_stats.n,
+                              compiled.compile_s, len(window.pairs), measured_on, compiled_stats.model_dump()),
+        ReferenceTimingRecord(eager.median_ms, eager.n, now, measured_on),
+    ]
+
+
+class BaselineWorker:
+    """One device's background threads: measure asked-for baselines, those jobs wait for first, in asking order."""
+
+    def __init__(self, settings: EngineSettings,
+                 measure_task: Callable[[BaselineTask, EngineSettings], tuple[BaselineKey, list[Record]]] = measure,
+                 threads: int = 1):
+        self.settings = settings
+        self.book = settings.baseline_book()
+        self._measure = measure_task
+        self._queue: deque[BaselineTask] = deque()
+        self._pending: set[BaselineKey] = set()
+        self._failed: dict[BaselineKey, str] = {}  # the reference failed in the baseline's judge
+        self._waiters: dict[BaselineKey, int] = {}  # jobs waiting for a key
+        self._cond = threading.Condition()
+        # Compiles are host work on the build cores: several at once; their windows take turns on the device.
+        for index in range(max(1, threads)):
+            threading.Thread(target=self._loop, name=f"compile-baselines-{index}", daemon=True).start()
+
+    def request(self, task: BaselineTask) -> None:
+        """Measure `task` in the background unless it is already queued or being measured."""
+        with self._cond:
+            if task.key in self._pending:
+                return
+            self._pending.add(task.key)
+            self._failed.pop(task.key, None)
+            self._queue.append(task)
+            self._cond.notify_all()
+
+    def pending(self, key: BaselineKey) -> bool:
+        with self._cond:
+            return key in self._pending
+
+    def failure(self, key: BaselineKey) -> str | None:
+        with self._cond:
+            return self._failed.get(key)
+
+    def wait(self, key: BaselineKey, timeout_s: float) -> Record | None:
+        """Wait until `key` is measured (or `timeout_s`); its compile baseline record then, if any. A key
+        a job waits for is measured next, whatever the lane is doing."""
+        with self._cond:
+            self._waiters[key] = self._waiters.get(key, 0) + 1
+            self._cond.notify_all()
+            try:
+                self._cond.wait_for(lambda: key not in self._pending, timeout_s)
+            finally:
+                self._waiters[key] -= 1
+                if not self._waiters[key]:
+                    del self._waiters[key]
+        return self.book.get(key, COMPILE_BASELINE)
+
+    def _next(self) -> BaselineTask:
+        """The next task: one a job waits for first, else the oldest. Called with the condition held."""
+        self._cond.wait_for(lambda: bool(self._queue))
+        urgent = [t for t in self._queue if self._waiters.get(t.key)]
+        task = urgent[0] if urgent else self._queue[0]
+        self._queue.remove(task)
+        return task
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                task = self._next()
+            failure = None
+            try:
+                measured_key, records = self._measure(task, self.settings)
+                for record in records:
+                    self.book.put(measured_key, record)
+                    if measured_key != task.key:  # the job guessed another device model: answer it too
+                        self.book.put(task.key, record)
+            except UserFailure as exc:
+                failure = f"the reference failed in the baseline's judge ({exc.kind}): {exc.message[:300]}"
+            except Exception as exc:  # noqa: BLE001 - the thread must go on with the next problem
+                log.exception("measuring a compile baseline failed")
+                failure = f"the baseline could not be measured: {type(exc).__name__}: {exc}"
+            with self._cond:
+                self._pending.discard(task.key)
+                if failure is not None:
+                    self._failed[task.key] = failure
+                self._cond.notify_all()
+
+
+_workers: dict[tuple, BaselineWorker] = {}
+_workers_lock = threading.Lock()
+
+
+def worker_for(settings: EngineSettings) -> BaselineWorker:
+    """This device's baseline worker (one per GPU index and baseline book)."""
+    key = (settings.gpu_index, id(settings.baseline_book()))
+    with _workers_lock:
+        worker = _workers.get(key)
+        if worker is None:
+            # One compile per COMPILE_CORES of the build cores (Inductor compiles with up to 4 threads); one
+            # at a time without a device schedule, which alone keeps their timing windows apart.
+            build_cores = len(settings.cpu_plan().build_cpus) or os.cpu_count() or 1
+            threads = max(1, build_cores // COMPILE_CORES) if settings.gpu_schedule is not None else 1
+            worker = _workers[key] = BaselineWorker(settings, threads=threads)
+        return worker
+
+
+def register(settings: EngineSettings, worker: BaselineWorker) -> None:
+    """Serve this device and book with `worker` (a test's, measuring with a stand-in)."""
+    with _workers_lock:
+        _workers[(settings.gpu_index, id(settings.baseline_book()))] = worker
