@@ -53,6 +53,8 @@ RUN if ! python3 -c "import torch" 2>/dev/null; then \
 
 WORKDIR /opt/kerneljudge
 COPY pyproject.toml README.md ./
+COPY contract ./contract
+COPY sandbox_side ./sandbox_side
 COPY app ./app
 COPY worker ./worker
 COPY kerneljudge ./kerneljudge

@@ -89,6 +89,10 @@ class EvalOptions(BaseModel):
     )
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
 
+    def wants_compile_baseline(self) -> bool:
+        """Whether this job times torch.compile of the reference: as asked, else on for cuda, off for cpu."""
+        return self.compile_baseline if self.compile_baseline is not None else self.device == Device.cuda
+
 
 class EvalRequest(BaseModel):
     model_config = REQUEST_CONFIG

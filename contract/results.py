@@ -384,8 +384,9 @@ class EvalResult(BaseModel):
     speedup: float | None = None
     reward: float = 0.0
     compile_baseline: bool | None = Field(default=None, description=(
-        "Also time torch.compile (default mode) of the reference, compiled once per problem and GPU, and report "
-        "timing.compile_speedup. Default: on for cuda, off for cpu (Inductor's CPU compile is slow)."))
+        "Whether the job asked for torch.compile of the reference to be timed (options.compile_baseline, or its "
+        "default: on for cuda, off for cpu); timing.compile_speedup or timing.compile_baseline_missing says what "
+        "came of it."))
     reward_preset: str = "default"
     reward_baseline: RewardBaseline = _reward_baseline_field()
     reward_components: dict[str, float] = Field(default_factory=dict)

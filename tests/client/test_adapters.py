@@ -15,13 +15,14 @@ import httpx
 import pytest
 
 from client.conftest import GOOD, REFERENCE, WRONG
+from contract import get_reward
 from contract.get_reward import ReferenceSpec, parse_reference_label
 from contract.http_objects import Job
 from contract.outcomes import outcome_from_failure, outcome_from_job, outcome_from_result
 from contract.requests import EvalOptions
 from contract.results import ErrorInfo, EvalResult
 from contract.statuses import EvalStatus, JobStatus
-from kerneljudge.adapters import openrlhf, trl, verifiers, verl
+from kerneljudge.adapters import trl, verifiers, verl
 from kerneljudge.adapters.common import score_batch
 from kerneljudge.client import KernelJudgeClient
 
@@ -140,7 +141,7 @@ def test_openrlhf_parse_strips_prompt_and_reads_labels():
     prompt = "Reference:\n```python\n" + REFERENCE + "```\nExample:\n```python\n" + GOOD + "```\n"
     body = {"query": [prompt + answer(WRONG), prompt + "nothing"], "prompts": [prompt, prompt],
             "labels": [REFERENCE, 42]}
-    items = openrlhf.parse_get_reward_request(body)
+    items = get_reward.parse_get_reward_request(body)
     assert items[0].completion == answer(WRONG)
     assert items[0].reference.reference == REFERENCE and items[0].label_error is None
     assert items[1].reference is None and "labels[1]" in items[1].label_error
@@ -157,12 +158,12 @@ def test_openrlhf_parse_strips_prompt_and_reads_labels():
     ],
 )
 def test_openrlhf_malformed_bodies_name_the_field(body, message):
-    with pytest.raises(openrlhf.GetRewardRequestError, match=message):
-        openrlhf.parse_get_reward_request(body)
+    with pytest.raises(get_reward.GetRewardRequestError, match=message):
+        get_reward.parse_get_reward_request(body)
 
 
 def test_openrlhf_response_shape():
-    items = openrlhf.parse_get_reward_request({"query": ["a", "b", "c", "d"], "labels": ["p_1", "p_2", None, "p_3"]})
+    items = get_reward.parse_get_reward_request({"query": ["a", "b", "c", "d"], "labels": ["p_1", "p_2", None, "p_3"]})
     ok = EvalResult(status=EvalStatus.ok, compiled=True, correct=True, speedup=2.0, reward=0.77,
                     reward_components={"format": 1.0, "compiled": 1.0, "correct": 1.0, "speedup": 2.0})
     # Outputs matched but a reject rule fired: the verdict is not correct, whatever the components say.
@@ -171,10 +172,10 @@ def test_openrlhf_response_shape():
     assert items[2].label_error is not None
     outcomes = [outcome_from_result(ok, "j1"), outcome_from_failure("worker lost", -0.25, "j2"),
                 outcome_from_failure(items[2].label_error, -0.25), outcome_from_result(rejected, "j4")]
-    response = openrlhf.response_from_outcomes(outcomes)
+    response = get_reward.response_from_outcomes(outcomes)
     assert response.rewards == [0.77, -0.25, -0.25, -1.0]
     assert response.scores == [1.0, 0.0, 0.0, 0.0]
-    assert set(response.extra_logs) == set(openrlhf.LOG_KEYS)
+    assert set(response.extra_logs) == set(get_reward.LOG_KEYS)
     assert all(key.startswith("kerneljudge/") for key in response.extra_logs)
     assert response.extra_logs["kerneljudge/speedup"] == [2.0, 0.0, 0.0, 0.0]
     assert response.extra_logs["kerneljudge/correct"] == [1.0, 0.0, 0.0, 0.0]

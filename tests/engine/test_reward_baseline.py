@@ -50,3 +50,19 @@ def test_the_baselines_and_their_default_are_declared_once():
     add_arguments(parser)
     option = next(action for action in parser._actions if action.dest == "reward_baseline")
     assert tuple(option.choices) == REWARD_BASELINES and option.default == DEFAULT_REWARD_BASELINE
+
+
+@pytest.mark.parametrize(("asked", "device", "compile_baseline"), [
+    ({"reward_baseline": "compile"}, "cuda", True),
+    ({}, "cpu", False),
+    ({"compile_baseline": True}, "cpu", True),
+    ({"compile_baseline": False, "reward_baseline": "eager"}, "cuda", False),
+])
+def test_a_result_says_which_baseline_its_job_asked_for(asked, device, compile_baseline):
+    from contract.requests import EvalOptions
+    from worker.engine.verdict.result_builder import ResultBuilder
+
+    options = EvalOptions(device=device, **asked)
+    result = ResultBuilder(options).finish()
+    assert result.reward_baseline == options.reward_baseline == asked.get("reward_baseline", "eager")
+    assert result.compile_baseline is compile_baseline

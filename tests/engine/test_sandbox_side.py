@@ -70,3 +70,38 @@ def test_a_sandbox_imports_the_sandbox_side_and_the_contract_but_not_the_supervi
         process.close(grace_s=0)
     assert reply == {"sandbox_side.boot": True, "sandbox_side.judging.judge_process": True,
                      "contract.results": True, "worker": False, "app": False, "kerneljudge": False}, json.dumps(reply)
+
+
+COVERED_PROBE = r"""
+import json, os
+root = os.environ["KJ_TEST_ROOT"]
+seen = {name: sorted(os.listdir(os.path.join(root, name))) for name in ("worker", "torchlike")}
+os.write(int(os.environ["KJ_MSG_FD"]), (json.dumps(seen) + "\n").encode())
+"""
+
+
+def test_a_regular_install_s_supervisor_packages_are_covered_in_the_sandbox(settings, tmp_path, monkeypatch):
+    """Installed without -e, `worker` sits in site-packages beside torch, a folder every sandbox reads: the
+    sandbox sees it as an empty folder, and the packages beside it as they are."""
+    from worker.engine.sandbox import bwrap, python_roots
+
+    site = tmp_path / "site-packages"
+    for name in ("worker", "torchlike"):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text("SECRET = 1\n")
+    site.chmod(0o755)
+    tmp_path.chmod(0o755)
+    real_roots = python_roots.python_roots()
+    monkeypatch.setattr(bwrap, "python_roots", lambda: [*real_roots, str(site)])
+    monkeypatch.setattr(python_roots, "module_location",
+                        lambda name: str(site / name) if name == "worker" else None)
+    config = RunnerConfig(role="candidate", mode="run", device="cpu", paths=RunnerPaths())
+    spec = runner_spec(config, settings, ResourceLimits())
+    spec.env["KJ_TEST_ROOT"] = str(site)
+    process = SandboxProcess(spec, [sys.executable, "-I", "-c", COVERED_PROBE], name="covered-probe")
+    process.start()
+    try:
+        reply = process.receive(120)
+    finally:
+        process.close(grace_s=0)
+    assert reply == {"worker": [], "torchlike": ["__init__.py"]}

@@ -1,7 +1,7 @@
 """bubblewrap command line for a SandboxSpec.
 
 The child sees: the system read-only (/usr, /lib*, /bin, /sbin, /opt, a few /etc files,
-the Python roots), a fresh /proc, a fresh read-only /dev with a size-capped /dev/shm, a private
+the Python roots, where the supervisor's own packages, if installed there, are empty folders), a fresh /proc, a fresh read-only /dev with a size-capped /dev/shm, a private
 size-limited /tmp and the spec's other scratch folders (tmpfs, size-limited), the job's own
 read-only mounts, and only the GPU device nodes it was given. New user, PID, IPC, UTS, cgroup and
 (by default) network namespaces; no capabilities; it dies with its supervisor. bwrap itself is
@@ -16,7 +16,7 @@ import os
 import shutil
 import stat
 
-from worker.engine.sandbox.python_roots import covered, python_roots
+from worker.engine.sandbox.python_roots import covered, python_roots, supervisor_package_dirs
 from worker.engine.sandbox.spec import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
@@ -81,6 +81,8 @@ def build_argv(bwrap: str, spec: SandboxSpec, command: list[str], *, unprivilege
         if not covered(root, ro_roots):
             argv += ["--ro-bind", root, root]
             ro_roots.append(root)
+    for package in supervisor_package_dirs(ro_roots):
+        argv += ["--size", "4096", "--tmpfs", package]
     if spec.gpu_device_nodes:
         for node in spec.gpu_device_nodes:
             if not unprivileged or _others_can_open(node):

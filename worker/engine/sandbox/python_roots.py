@@ -61,6 +61,23 @@ def python_roots() -> list[str]:
     return roots
 
 
+# The supervisor's packages: never importable in a sandbox (the sandbox side and the contract are mounted on
+# their own, worker/engine/launch.py).
+SUPERVISOR_PACKAGES = ("worker", "app", "kerneljudge")
+
+
+def supervisor_package_dirs(readable_roots: list[str]) -> list[str]:
+    """Where the supervisor's packages are, when a folder the sandbox reads holds them (a regular install puts
+    them in site-packages beside torch): the sandbox covers each with an empty folder. An editable install's
+    checkout is no Python root (python_roots), so nothing needs covering there."""
+    found = []
+    for name in SUPERVISOR_PACKAGES:
+        location = module_location(name)
+        if location is not None and os.path.isdir(location) and covered(location, readable_roots):
+            found.append(location)
+    return found
+
+
 @dataclass(frozen=True)
 class UnreachableModule:
     name: str

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from contract.requests import EvalOptions
 from contract.results import TimingReport, TimingStats
-from contract.statuses import Device
 from worker.engine.settings import EngineSettings
 from worker.engine.timing import baselines
 from worker.engine.timing.baseline_worker import BaselineTask, worker_for
@@ -32,7 +31,7 @@ def off_reason(options: EvalOptions, settings: EngineSettings) -> str | None:
     """Why this job gets no compile baseline, or None when it wants one."""
     if not settings.compile_baseline:
         return "switched off on this worker (KERNELJUDGE_COMPILE_BASELINE=0)"
-    wanted = options.compile_baseline if options.compile_baseline is not None else options.device == Device.cuda
+    wanted = options.wants_compile_baseline()
     if not wanted:
         return "off for this job (options.compile_baseline; off by default on cpu)"
     return None

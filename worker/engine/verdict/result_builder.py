@@ -160,6 +160,9 @@ class ResultBuilder:
         return EvalResult(
             status=status, compiled=self.compiled, correct=correct and status == EvalStatus.ok,
             flagged=self.flagged, speedup=speedup, reward=value, reward_preset=self.options.reward_preset,
+            # What the job asked for, as it was applied (the note in extra.reward_baseline says when eager stood in).
+            reward_baseline=self.options.reward_baseline,
+            compile_baseline=self.options.wants_compile_baseline(),
             reward_components=comps, backend=self.backend, error=self.error, correctness=correctness,
             timing=timing, rules=self.rules, coverage=self.coverage, stages=self.stages, environment=self.environment,
             candidate_log=self.candidate_log, extra=self.extra,
