@@ -55,6 +55,7 @@ WORKDIR /opt/kerneljudge
 COPY pyproject.toml README.md ./
 COPY contract ./contract
 COPY sandbox_side ./sandbox_side
+COPY problem_library ./problem_library
 COPY app ./app
 COPY worker ./worker
 COPY kerneljudge ./kerneljudge

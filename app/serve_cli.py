@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     app.state.startup_check = startup_check
     app.state.pch_warmup = pch_warmup
     if library_problems:
-        from worker.problem_library.register import register_in_store
+        from problem_library.register import register_in_store
 
         created = register_in_store(app.state.store, library_problems)
         logging.getLogger(__name__).info("problem library: %d problems registered (%d new) from %s",
@@ -132,6 +132,6 @@ def _library_problems(names: list[str]) -> tuple:
     """The bundled problems named by --problems (none when not given); ValueError names the known sets."""
     if not names:
         return ()
-    from worker.problem_library.catalog import select
+    from problem_library.catalog import select
 
     return select(names)

@@ -3,7 +3,7 @@
     python -m benchmarks.baselines --device cuda --out benchmarks/results/baselines_h100.md
     python -m benchmarks.baselines --device cpu --problems elementwise silu   # a quick CPU check
 
-For every problem (worker/problem_library/) each honest candidate (`triton_ok`, `cuda_ok`,
+For every problem (problem_library/) each honest candidate (`triton_ok`, `cuda_ok`,
 `numba_ok` where the problem has one; `cuda_ok` only on cuda) goes through the engine with the
 compile baseline on: the judge times the eager reference and torch.compile of it (default mode)
 with the same protocol, and the candidate's speedup against each is reported. The compile is
@@ -22,9 +22,9 @@ from pathlib import Path
 from contract.requests import EvalOptions, EvalRequest
 from contract.results import EvalResult
 from contract.statuses import Device
+from problem_library.catalog import LibraryProblem, select
 from worker import engine
 from worker.engine.settings import EngineSettings
-from worker.problem_library.catalog import LibraryProblem, select
 
 HONEST = ("triton_ok", "cuda_ok", "numba_ok")
 COLUMNS = ("problem", "candidate", "verdict", "eager ref ms", "compiled ref ms", "compile vs eager",

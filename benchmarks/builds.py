@@ -38,8 +38,8 @@ from worker.engine.settings import EngineSettings
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpora" / "kernelbench-sft"
-# The repository's problem set (moving from benchmarks/problems to worker/problem_library).
-PROBLEM_DIRS = (REPO / "worker" / "problem_library", REPO / "benchmarks" / "problems")
+# The repository's problem set (moving from benchmarks/problems to problem_library).
+PROBLEM_DIRS = (REPO / "problem_library", REPO / "benchmarks" / "problems")
 BUILD_LIMIT_S = 900.0
 TIME_NOISE = 0.10  # kernel times within 10% (or 3 relative standard errors) count as the same
 

@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu_eval --device cuda --repeats 5 --out benchmarks/results/gpu_eval.md
 
-For every problem in the problem library (worker/problem_library/): the honest Triton, CUDA (and, where the
+For every problem in the problem library (problem_library/): the honest Triton, CUDA (and, where the
 problem has them, Numba) candidates are
 evaluated `--repeats` times (the spread of their speedup over repeated evaluations is the
 timing noise a trainer sees), the wrong ones once. All CUDA builds run first, in parallel on
@@ -25,11 +25,11 @@ from pathlib import Path
 from contract.requests import EvalOptions, EvalRequest
 from contract.results import EvalResult
 from contract.statuses import Device
+from problem_library.catalog import LIBRARY_DIR
 from worker import engine
 from worker.engine.sandbox.bwrap import gpu_device_nodes
 from worker.engine.sandbox.selfcheck import check_sandbox
 from worker.engine.settings import EngineSettings
-from worker.problem_library.catalog import LIBRARY_DIR
 
 PROBLEMS = LIBRARY_DIR
 HONEST = ("triton_ok", "cuda_ok", "numba_ok")  # Numba candidates exist for some problems only

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.throughput import KEY, REPO, Service, device_name, git_commit
-from worker.problem_library.catalog import load_library
+from problem_library.catalog import load_library
 
 HONEST_KINDS = ("triton_ok", "cuda_ok")
 SPREAD_GOAL = 0.02

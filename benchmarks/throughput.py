@@ -137,7 +137,7 @@ def _variants(bases: list[tuple[str, str, bool]], slots: int, problem: str, refe
 
 
 def library_problems(device: str, names: list[str] | None, count: int):
-    from worker.problem_library.catalog import load_library
+    from problem_library.catalog import load_library
 
     problems = [p for p in load_library() if names is None or p.name in names]
     if device == "cpu" and names is None:
@@ -488,7 +488,7 @@ def run_triton_warm(phase: Phase, device: str, data_dir: Path, count: int, deadl
         from tests.service.sources import TRITON_CANDIDATE as candidate
         options = dict(CPU_OPTIONS)
     else:
-        from worker.problem_library.catalog import get_problem
+        from problem_library.catalog import get_problem
 
         problem = get_problem("softmax")
         reference, candidate, options = problem.reference, problem.candidates["triton_ok"], {}

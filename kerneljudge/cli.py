@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("kerneljudge.cli_client", "submit one evaluation to a server"),
     "status": ("kerneljudge.cli_client", "show an evaluation's status"),
     "batch": ("kerneljudge.cli_client", "submit a folder or JSONL file of candidates, write results as JSONL"),
-    "problems": ("worker.problem_library.problems_cli", "list, show, register or export the bundled problem library"),
+    "problems": ("kerneljudge.problems_cli", "list, show, register or export the bundled problem library"),
 }
 
 

@@ -1,17 +1,17 @@
 """The original five benchmark problems of the problem library, as tests use them.
 
-Each problem folder (worker/problem_library/NAME) holds a KernelBench reference and four
+Each problem folder (problem_library/NAME) holds a KernelBench reference and four
 candidates: a correct and a subtly wrong one for Triton and for CUDA; the wrong candidates
 describe their bug in their module docstring. `shrunk()` resizes the reference for CPU runs
-with the problem's `cpu_sizes` (worker/problem_library/NAME/problem.json).
+with the problem's `cpu_sizes` (problem_library/NAME/problem.json).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.problem_library.catalog import CANDIDATE_KINDS, LIBRARY_DIR, get_problem
-from worker.problem_library.sizes import shrink_sizes
+from problem_library.catalog import CANDIDATE_KINDS, LIBRARY_DIR, get_problem
+from problem_library.sizes import shrink_sizes
 
 __all__ = ["CANDIDATE_KINDS", "PROBLEMS_DIR", "PROBLEM_NAMES", "Problem", "load_problem", "shrink_sizes"]
 

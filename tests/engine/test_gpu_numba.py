@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from contract.statuses import Backend, EvalStatus
-from worker.problem_library.catalog import get_problem
+from problem_library.catalog import get_problem
 
 pytestmark = pytest.mark.gpu
 

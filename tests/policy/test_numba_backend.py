@@ -8,9 +8,9 @@ import pytest
 
 from contract.statuses import Backend
 from policy.policy_helpers import check, fired
+from problem_library.catalog import NUMBA_KINDS, load_library
 from worker.engine.policy import detect_backend
 from worker.engine.verdict.kernel_names import own_kernel_names
-from worker.problem_library.catalog import NUMBA_KINDS, load_library
 
 NUMBA_ADD = '''import torch
 import torch.nn as nn

@@ -9,10 +9,10 @@ import pytest
 
 from contract.requests import EvalOptions, EvalRequest, PolicyConfig
 from contract.results import EvalResult
+from problem_library.catalog import LibraryProblem
 from tests.service.helpers import make_settings, start_server
 from worker.engine import evaluate
 from worker.engine.settings import EngineSettings
-from worker.problem_library.catalog import LibraryProblem
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from contract.statuses import Backend, EvalStatus
-from worker.problem_library.catalog import get_problem, load_library, problem_names
+from problem_library.catalog import get_problem, load_library, problem_names
 
 
 @pytest.mark.parametrize("name", problem_names())

@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from worker.jobs.store.jobs import problem_id_for
-from worker.problem_library.catalog import (
+from problem_library.catalog import (
     ALL_KINDS,
     CANDIDATE_KINDS,
     KERNEL_CLASSES,
@@ -24,7 +23,8 @@ from worker.problem_library.catalog import (
     problem_names,
     select,
 )
-from worker.problem_library.sizes import shrink_sizes
+from problem_library.sizes import shrink_sizes
+from worker.jobs.store.jobs import problem_id_for
 
 
 def _top_level_names(source: str) -> set[str]:
@@ -130,7 +130,7 @@ def test_reading_the_catalog_and_the_cli_imports_neither_torch_nor_the_store():
     code = ("import sys\n"
             "from kerneljudge.cli import main\n"
             "main(['problems', 'list'])\n"
-            "from worker.problem_library.catalog import load_library\n"
+            "from problem_library.catalog import load_library\n"
             "assert len(load_library()) >= 10\n"
             "heavy = sorted(m for m in ('torch', 'triton', 'sqlalchemy') if m in sys.modules)\n"
             "assert not heavy, heavy\n")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from kerneljudge.cli import main
+from problem_library.catalog import get_problem, problem_names, select
 from tests.service.helpers import USER_KEY
-from worker.problem_library.catalog import get_problem, problem_names, select
 
 
 def test_list_prints_every_problem_with_its_class_and_profile(capsys):

@@ -8,7 +8,7 @@ import pytest
 import uvicorn
 
 from app import serve_cli
-from worker.problem_library.catalog import get_problem, select
+from problem_library.catalog import get_problem, select
 
 
 def _item(name: str) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from worker.problem_library.catalog import LibraryProblem
+from problem_library.catalog import LibraryProblem
 
 
 class ProblemStore(Protocol):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kerneljudge.client import KernelJudgeClient
 from kerneljudge.errors import KernelJudgeError
-from worker.problem_library.catalog import (
+from problem_library.catalog import (
     ALL_KINDS,
     LibraryError,
     LibraryProblem,
@@ -27,7 +27,7 @@ from worker.problem_library.catalog import (
     select,
     set_names,
 )
-from worker.problem_library.dataset import write_dataset
+from problem_library.dataset import write_dataset
 
 
 def _add_selection(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from worker.problem_library.catalog import LibraryProblem
+from problem_library.catalog import LibraryProblem
 
 PROMPT_TEMPLATE = """\
 You are given a PyTorch reference model. Write a faster implementation of it for one NVIDIA GPU.

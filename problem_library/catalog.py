@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from worker.problem_library.sizes import shrink_sizes
+from problem_library.sizes import shrink_sizes
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 
