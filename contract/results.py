@@ -344,7 +344,7 @@ class ResultNotes(BaseModel):
 
     build: BuildNote | None = None
     build_cached: bool | None = Field(default=None, description="The build came from the build cache.")
-    extraction: dict[str, Any] | None = Field(
+    extraction: str | None = Field(
         default=None, description="How the candidate source was taken out of a raw completion (/get_reward).")
     reference_cache: Literal["hit", "miss", "off"] | None = None
     reference_judge: str | None = Field(default=None, description="The judge was started ahead, and when.")
