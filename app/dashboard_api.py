@@ -27,7 +27,6 @@ from app.dashboard_schemas import (
     WorkerView,
 )
 from app.dashboard_stats import InFlightJob, JobStats, QueueSnapshot
-from app.dispatch import EmbeddedDispatcher
 from app.views import job_view, not_found
 from worker.jobs.store import JobStatus
 from worker.jobs.store.records import iso_time
@@ -63,7 +62,8 @@ async def session(principal: Principal = Depends(authenticate)) -> SessionView:
 
 
 def _device_label(worker: str, gpu: str | None) -> str:
-    # Worker names are "<kind>@<host>:<suffix>" (app/executors.py, worker/jobs/distributed/tasks.py).
+    # Worker names are "<kind>@<host>:<suffix>" (worker/jobs/launchers/embedded_launcher.py,
+    # worker/jobs/distributed/tasks.py).
     host = worker.split("@", 1)[-1].rsplit(":", 1)[0]
     return f"{host} GPU {gpu}" if gpu is not None else f"{host} CPU"
 
@@ -103,16 +103,15 @@ def _device_loads(workers: list[WorkerView]) -> list[DeviceLoad]:
 async def live(request: Request, principal: Principal = Depends(authenticate)) -> LiveView:
     """Queue depth and what every worker is doing now (the page polls this)."""
     state = request.app.state
-    dispatcher = state.dispatcher
+    launcher = state.launcher
     snapshot, alive = await asyncio.gather(
         asyncio.to_thread(_stats(request).queue, _owner(principal), recent_s=RECENT_WORKER_S),
-        asyncio.to_thread(dispatcher.workers_alive),
+        asyncio.to_thread(launcher.workers_alive),
     )
-    configured = ([(identity.name, identity.gpu) for identity in dispatcher.identities]
-                  if isinstance(dispatcher, EmbeddedDispatcher) else [])
+    configured = [(identity.name, identity.gpu) for identity in launcher.identities]  # none in Celery mode
     now = time.time()
     workers = _workers(snapshot, configured, principal, now)
-    return LiveView(at=iso_time(now) or "", mode=dispatcher.mode, workers_alive=alive, queued=snapshot.queued,
+    return LiveView(at=iso_time(now) or "", mode=launcher.mode, workers_alive=alive, queued=snapshot.queued,
                     queued_yours=snapshot.queued_owned, in_flight=len(snapshot.in_flight),
                     devices=_device_loads(workers), workers=workers)
 

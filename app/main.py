@@ -14,7 +14,6 @@ from sqlalchemy.exc import OperationalError
 
 from app import api_docs, dashboard, dashboard_api, routes_evaluations, routes_reward, routes_system
 from app.body_checks import StrictJsonBody
-from app.dispatch import CeleryDispatcher, EmbeddedDispatcher
 from app.limits import BodySizeLimit, FailedAuthLimiter, RateLimiter
 from app.metrics import RequestMetrics, ServiceMetrics
 from app.service import Submitter
@@ -23,7 +22,10 @@ from app.views import clean_errors
 from app.waiting import JobEvents
 from worker.engine.gpu_monitor import gpu_monitor
 from worker.jobs.callbacks import CallbackSender
-from worker.jobs.store import JobStore
+from worker.jobs.launchers.celery_launcher import CeleryLauncher
+from worker.jobs.launchers.embedded_launcher import EmbeddedLauncher, plan_identities
+from worker.jobs.launchers.launcher import Launcher
+from worker.jobs.store import Job, JobStore
 
 log = logging.getLogger(__name__)
 
@@ -36,28 +38,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = ServiceMetrics()
     events = JobEvents()
     callbacks = CallbackSender(settings.callbacks)
-    dispatcher: CeleryDispatcher | EmbeddedDispatcher
+
+    def finished(job: Job) -> None:  # a job the embedded lanes finished (Celery workers tell only the store)
+        metrics.observe_finished(job)
+        events.notify()
+        callbacks.job_finished(job)
+
+    # The one launcher of this process (worker/jobs/launchers/); the app uses only the Launcher interface.
+    launcher: Launcher
     if settings.broker_url:
-        dispatcher = CeleryDispatcher(settings.broker_url)
+        launcher = CeleryLauncher(settings.broker_url)
     else:
-        dispatcher = EmbeddedDispatcher(store, events, metrics, callbacks, settings.device, settings.local_workers)
-    metrics.watch_store(store, dispatcher.workers_alive)
-    # The embedded workers' lanes (their watchdog's view); Celery workers' lanes live in their own processes.
-    lane_health = dispatcher.pool.lane_health if isinstance(dispatcher, EmbeddedDispatcher) else list
-    metrics.watch_lanes(lane_health)
-    if isinstance(dispatcher, EmbeddedDispatcher) and dispatcher.uses_gpus:
+        launcher = EmbeddedLauncher(store, plan_identities(settings.device, settings.local_workers), finished)
+    metrics.watch_store(store, launcher.workers_alive)
+    # The lanes in this process (their watchdog's view); Celery workers' lanes live in their own processes.
+    metrics.watch_lanes(launcher.lane_health)
+    if any(identity.device == "cuda" for identity in launcher.identities):
         metrics.watch_gpus(gpu_monitor().readings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         events.bind(asyncio.get_running_loop())
-        await asyncio.to_thread(dispatcher.start)
+        await asyncio.to_thread(launcher.start)
         reaper = asyncio.create_task(_reap_overdue(store, settings.job_time_limit_s, events))
         try:
             yield
         finally:
             reaper.cancel()
-            await asyncio.to_thread(dispatcher.stop)
+            await asyncio.to_thread(launcher.stop)
             callbacks.stop()
             store.close()
 
@@ -73,12 +81,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.store = store
     app.state.metrics = metrics
     app.state.events = events
-    app.state.dispatcher = dispatcher
-    app.state.lane_health = lane_health
+    app.state.launcher = launcher
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_burst)
     app.state.auth_failures = FailedAuthLimiter(settings.auth_fail_rate_per_s, settings.auth_fail_burst,
                                                 settings.auth_fail_global_rate_per_s)
-    app.state.submitter = Submitter(store, settings, dispatcher, metrics, callbacks)
+    app.state.submitter = Submitter(store, settings, launcher, metrics, callbacks)
 
     app.include_router(routes_evaluations.router)
     app.include_router(routes_system.router)

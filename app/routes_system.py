@@ -133,14 +133,14 @@ async def ready(request: Request):
     except Exception as exc:
         log.warning("readiness: store unreachable: %s", exc)
         store_state = f"unreachable: {type(exc).__name__}"
-    workers = await asyncio.to_thread(state.dispatcher.workers_alive)
+    workers = await asyncio.to_thread(state.launcher.workers_alive)
     check = getattr(state, "startup_check", None)  # set by `kerneljudge serve` (None: not run here)
     pch = getattr(state, "pch_warmup", None)  # likewise: the precompiled header being built at start-up
     lanes = [LaneReadiness(name=lane.name, busy=lane.busy, stalled=lane.stalled, restarts=lane.restarts,
-                           last_progress_s_ago=round(lane.last_progress_s_ago, 3)) for lane in getattr(state, "lane_health", list)()]
+                           last_progress_s_ago=round(lane.last_progress_s_ago, 3)) for lane in state.launcher.lane_health()]
     body = Readiness(ready=store_state == "ok" and workers > 0 and (check is None or check.ok)
                      and (pch is None or pch.done) and not any(lane.stalled for lane in lanes), store=store_state,
-                     workers=workers, mode=state.dispatcher.mode, selfcheck=None if check is None else check.state,
+                     workers=workers, mode=state.launcher.mode, selfcheck=None if check is None else check.state,
                      precompiled_header=None if pch is None else pch.state, lanes=lanes)
     return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
 

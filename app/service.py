@@ -3,7 +3,7 @@
 Turns a validated EvaluationCreate into a stored job: applies the key's job caps (app/caps.py)
 and checks the callback, registers the reference as a problem (owned by the key when new),
 extracts code from a completion (a completion without code is finished at once with
-format = 0, no worker needed), applies the queue quota and limits, and dispatches.
+format = 0, no worker needed), applies the queue quota and limits, and hands the job to the launcher.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.auth import Principal
-from app.dispatch import DispatchError
 from app.schemas import EvaluationCreate
 from app.settings import Settings
 from worker.jobs.callback_target import CallbackRefused, check_destination
+from worker.jobs.launchers.launcher import Launcher, LaunchError
 from worker.jobs.store import IdempotencyConflict, Job, JobStore, NewJob
 
 log = logging.getLogger(__name__)
@@ -44,11 +44,11 @@ class Capacity:
 
 
 class Submitter:
-    def __init__(self, store: JobStore, settings: Settings, dispatcher, metrics, callbacks):
+    def __init__(self, store: JobStore, settings: Settings, launcher: Launcher, metrics, callbacks):
         self.store = store
         self.callbacks = callbacks
         self.settings = settings
-        self.dispatcher = dispatcher
+        self.launcher = launcher
         self.metrics = metrics
 
     def capacity(self, principal: Principal) -> Capacity:
@@ -76,8 +76,8 @@ class Submitter:
             capacity.queue_room -= 1
             capacity.key_room -= 1
             try:
-                self.dispatcher.submitted([job])
-            except DispatchError as exc:
+                self.launcher.submitted([job])
+            except LaunchError as exc:
                 self.store.fail(job.id, str(exc))
                 raise SubmissionError(503, f"{exc}; retry later", {"Retry-After": str(RETRY_AFTER_S)}) from None
         if created:

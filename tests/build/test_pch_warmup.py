@@ -84,7 +84,7 @@ def serve(tmp_path, monkeypatch):
     assert serve_cli.run(parser.parse_args(["--device", "cuda", "--workers", "0"])) == 0
     [app] = served
     # No worker runs here; readiness is about the header.
-    monkeypatch.setattr(app.state.dispatcher, "workers_alive", lambda: 1)
+    monkeypatch.setattr(app.state.launcher, "workers_alive", lambda: 1)
     return app
 
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.executors import LocalWorkerPool
 from pipeline.fakes import WAIT_S, FakeEngine, add_job
 from worker.jobs.engine_call import EngineCalls, WorkerIdentity
+from worker.jobs.launchers.embedded_launcher import EmbeddedLauncher
 from worker.jobs.pipeline import JobPipeline, PipelineConfig
 from worker.jobs.store import Job, JobStore
 
@@ -53,11 +53,11 @@ def _calls(engine: FakeEngine) -> EngineCalls:
 @pytest.fixture
 def embedded(store, engine):
     """Start an embedded worker pool (the real feeder) on one CPU lane with a given config."""
-    pools: list[LocalWorkerPool] = []
+    pools: list[EmbeddedLauncher] = []
     finished = Finished()
 
-    def start(config: PipelineConfig, *, before_start=None) -> tuple[LocalWorkerPool, Finished]:
-        pool = LocalWorkerPool(store, [CPU_LANE], finished, config=config, engine=_calls(engine))
+    def start(config: PipelineConfig, *, before_start=None) -> tuple[EmbeddedLauncher, Finished]:
+        pool = EmbeddedLauncher(store, [CPU_LANE], finished, config=config, engine=_calls(engine))
         if before_start is not None:
             before_start(pool)
         pool.start()

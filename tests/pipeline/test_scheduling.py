@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from app.executors import LocalWorkerPool, embedded_prefix
 from pipeline.fakes import WAIT_S, FakeEngine, JudgeModel, add_job
 from worker.jobs.engine_call import EngineCalls, WorkerIdentity
+from worker.jobs.launchers.embedded_launcher import EmbeddedLauncher, embedded_prefix
 from worker.jobs.pipeline import JobPipeline, PipelineConfig
 from worker.jobs.store import Job, JobStore
 
@@ -58,8 +58,8 @@ def test_interleaved_submissions_hit_one_judge_per_problem(store):
     engine = FakeEngine(JudgeModel(capacity=4))
     jobs = _interleaved(store, problems=8, per_problem=4)
     finished = Finished()
-    pool = LocalWorkerPool(store, [LANE], finished, config=PipelineConfig(device_concurrency=2, prepare_ahead=4,
-                                                                          prepare_threads=1), engine=_calls(engine))
+    pool = EmbeddedLauncher(store, [LANE], finished, config=PipelineConfig(device_concurrency=2, prepare_ahead=4,
+                                                                           prepare_threads=1), engine=_calls(engine))
     pool.start()
     try:
         finished.wait_for(lambda count: len(count) == len(jobs))
@@ -93,7 +93,7 @@ def test_500_queued_jobs_of_one_problem_do_not_starve_a_single_job_of_another(st
     lone = add_job(store, "lone", problem="X")
     finished = Finished()
     config = PipelineConfig(device_concurrency=1, prepare_ahead=1, prepare_threads=1, claim_burst=8)
-    pool = LocalWorkerPool(store, [LANE], finished, config=config, engine=_calls(engine))
+    pool = EmbeddedLauncher(store, [LANE], finished, config=config, engine=_calls(engine))
     pool.start()
     try:
         finished.wait_for(lambda count: lone.id in count)
@@ -109,12 +109,12 @@ def test_no_job_is_lost_or_recorded_twice_when_a_lane_restarts_mid_batch(store):
     jobs = [add_job(store, f"cand-{i}", problem=f"P{i % 4}") for i in range(20)]
     finished = Finished()
     config = PipelineConfig(device_concurrency=2, prepare_ahead=2, prepare_threads=2)
-    first = LocalWorkerPool(store, [LANE], finished, config=config, engine=_calls(engine))
+    first = EmbeddedLauncher(store, [LANE], finished, config=config, engine=_calls(engine))
     first.start()
     engine.wait_for(lambda seen: seen.at_stage.get("cand-3") == "compare")
     first.stop(timeout_s=0)  # its device thread is abandoned mid-job, as when the process dies
 
-    second = LocalWorkerPool(store, [LANE], finished, config=config, engine=_calls(engine))
+    second = EmbeddedLauncher(store, [LANE], finished, config=config, engine=_calls(engine))
     second.start()  # recovers the first lane's jobs (the held one is in flight under its name)
     held.set()  # the abandoned attempt finishes now: its result must not be recorded
     try:

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from app.executors import embedded_prefix
 from service.helpers import USER_KEY, make_settings, start_server
 from service.sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE
+from worker.jobs.launchers.embedded_launcher import embedded_prefix
 from worker.jobs.store import JobStore
 
 BODY = {"reference": REFERENCE, "candidate": TRITON_CANDIDATE, "options": FAST_OPTIONS}

@@ -1,7 +1,7 @@
 """The two steps of a claimed job and their records in the store: the only engine call site.
 
 `prepare_claimed` (validate, policy, build; CPU) and `execute_ready` (device stages) are run by
-the pipeline (worker/jobs/pipeline.py), which both executors use: the embedded workers of
+the pipeline (worker/jobs/pipeline.py), which both launchers use (worker/jobs/launchers/): the embedded workers of
 `kerneljudge serve` and the Celery task of `kerneljudge worker`. `done` means the engine produced
 an EvalResult (whatever its verdict); `failed` means it could not (missing problem, engine
 crash), with the reason in `error`.

@@ -10,7 +10,7 @@ node never claims or builds far more than its devices consume: a caller waits fo
 `admit()` before it claims a job. The prepare threads are shared by the lanes of a process;
 heavy CUDA builds are further limited by the build pool (worker/engine/build/pool.py).
 
-Both executors feed lanes through `admit()`: the embedded workers (app/executors.py) claim the
+Both launchers feed lanes through `admit()`: the embedded workers (worker/jobs/launchers/embedded_launcher.py) claim the
 next queued job from the store, the Celery task (worker/jobs/distributed/tasks.py) claims the job
 its message names. Every stage is visible in the store (`building`, `built_at`, `running`),
 and a job in any stage when the process dies is requeued by JobStore's recovery.

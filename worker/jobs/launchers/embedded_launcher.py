@@ -1,11 +1,12 @@
-"""Embedded local workers: one device lane per visible GPU (or CPU worker), jobs claimed from the store.
+"""The embedded launcher: one device lane per visible GPU (or CPU worker) in the API process itself.
 
 Each lane is fed by a thread that claims the next queued job whenever the lane has room, by the
 lane's claim policy (worker/jobs/claim_policy.py: a problem's jobs together while its judge is
 loaded, fair to other problems and keys, priorities first); the pipeline (worker/jobs/pipeline.py)
 builds ahead on CPU threads and runs the device stages, timing alone on its GPU. The engine runs user code in sandboxed subprocesses; this process never
 imports CUDA. Jobs left in flight by a previous run of this node, in any pipeline stage, are
-requeued once at start (then failed), see JobStore.recover_orphans.
+requeued once at start (then failed), see JobStore.recover_orphans. What a finished job means to the
+API (metrics, waiters, callbacks) is the `on_finished` hook it passes in.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ def plan_identities(device: str, count: int | None) -> list[WorkerIdentity]:
     return [WorkerIdentity(f"{prefix}cpu{i}", "cpu", None) for i in range(1 if count is None else count)]
 
 
-class LocalWorkerPool:
-    """The embedded executor: one feeder thread per device lane, claiming queued jobs into the pipeline."""
+class EmbeddedLauncher:
+    """The embedded launcher (a Launcher, launcher.py): one feeder thread per device lane, claiming queued jobs
+    into the pipeline."""
+
+    mode = "embedded"
 
     def __init__(self, store: JobStore, identities: list[WorkerIdentity], on_finished: Callable[[Job], None],
                  config: PipelineConfig | None = None, engine: EngineCalls | None = None):
@@ -63,11 +67,15 @@ class LocalWorkerPool:
             thread.start()
             self._threads.append(thread)
 
+    def submitted(self, jobs: list[Job]) -> None:
+        """The feeders claim from the store, in their lanes' order, not these jobs in particular: wake them."""
+        self.wake()
+
     def wake(self) -> None:
         for wakeup in self._wakeups:
             wakeup.set()
 
-    def alive(self) -> int:
+    def workers_alive(self) -> int:
         return sum(t.is_alive() for t in self._threads)
 
     def lane_health(self) -> list[LaneHealth]:
