@@ -7,6 +7,7 @@ import logging
 from app.executors import LocalWorkerPool, plan_identities
 from app.metrics import ServiceMetrics
 from app.waiting import JobEvents
+from worker.config.tree import KernelJudgeConfig
 from worker.jobs.callbacks import CallbackSender
 from worker.jobs.store import Job, JobStore
 
@@ -21,12 +22,12 @@ class EmbeddedDispatcher:
     mode = "embedded"
 
     def __init__(self, store: JobStore, events: JobEvents, metrics: ServiceMetrics, callbacks: CallbackSender,
-                 device: str, workers: int | None):
-        self.identities = plan_identities(device, workers)
+                 config: KernelJudgeConfig):
+        self.identities = plan_identities(config.api.device, config.api.local_workers)
         self.events = events
         self.metrics = metrics
         self.callbacks = callbacks
-        self.pool = LocalWorkerPool(store, self.identities, self._finished)
+        self.pool = LocalWorkerPool(store, self.identities, self._finished, process_config=config)
 
     @property
     def uses_gpus(self) -> bool:
@@ -53,10 +54,10 @@ class EmbeddedDispatcher:
 class CeleryDispatcher:
     mode = "celery"
 
-    def __init__(self, broker_url: str):
+    def __init__(self, broker_url: str, job_time_limit_s: float):
         from worker.jobs.distributed.celery_app import make_celery
 
-        self.celery = make_celery(broker_url)
+        self.celery = make_celery(broker_url, job_time_limit_s)
 
     def start(self) -> None:
         pass

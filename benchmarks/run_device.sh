@@ -32,7 +32,7 @@ steps=${*:-eval redteam tests}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 python3 -m pip install --quiet --no-index --find-links "$wheels" pydantic httpx pytest fastapi uvicorn \
-    sqlalchemy prometheus-client ninja libclang-ng 2>&1 | tail -3
+    sqlalchemy pydantic-settings prometheus-client ninja libclang-ng 2>&1 | tail -3
 if ! command -v bwrap >/dev/null; then
     dpkg -x "$(ls "$wheels"/bubblewrap_*.deb | head -n1)" /opt/kj-bwrap
     export KERNELJUDGE_BWRAP=/opt/kj-bwrap/usr/bin/bwrap
