@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.caps import JobCaps
-from app.settings import key_hash
+from worker.config.api_keys import key_hash
+from worker.config.job_caps import JobCaps
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API key from KERNELJUDGE_API_KEYS.")
 
@@ -21,7 +21,8 @@ class Principal:
     key_id: str
     admin: bool
     caps: JobCaps = JobCaps()
-    # Rules this key's jobs may not switch off in options.policy.disabled_rules (short ids; app/settings.py).
+    # Rules this key's jobs may not switch off in options.policy.disabled_rules (short ids;
+    # worker/config/api_keys.py).
     required_rules: frozenset[str] = frozenset()
 
     def can_see(self, owner_key_id: str) -> bool:
@@ -33,13 +34,13 @@ def _too_many(message: str, retry_after: float) -> HTTPException:
 
 
 def _lookup(request: Request, raw_key: str | None) -> Principal:
-    settings = request.app.state.settings
-    if settings.open_mode:
-        return Principal(OPEN_KEY_ID, admin=True, caps=settings.admin_job_caps,
-                         required_rules=settings.required_rules_of(None))
+    api = request.app.state.api
+    if api.open_mode:
+        return Principal(OPEN_KEY_ID, admin=True, caps=api.admin_job_caps,
+                         required_rules=api.required_rules_of(None))
     failures = request.app.state.auth_failures
     address = failures.address_key(request.client.host if request.client else None)
-    found = settings.api_keys.get(key_hash(raw_key)) if raw_key else None
+    found = api.api_keys.get(key_hash(raw_key)) if raw_key else None
     refused = failures.refusal(address, found.key_id if found else None)
     if refused is not None:
         raise _too_many("too many failed authentications from this address; retry after the Retry-After delay "
@@ -54,7 +55,7 @@ def _lookup(request: Request, raw_key: str | None) -> Principal:
                                 headers={"WWW-Authenticate": "Bearer"})
         raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
     failures.succeeded(address, found.key_id)
-    return Principal(found.key_id, found.admin, found.caps, settings.required_rules_of(found))
+    return Principal(found.key_id, found.admin, found.caps, api.required_rules_of(found))
 
 
 def _rate_limit(request: Request, principal: Principal) -> None:

@@ -51,7 +51,7 @@ def _stats(request: Request) -> JobStats:
 @router.get("/access", response_model=AccessView)
 async def access(request: Request) -> AccessView:
     """Whether the page must ask for a key (it asks nothing in open mode). Needs no key itself."""
-    return AccessView(key_required=not request.app.state.settings.open_mode)
+    return AccessView(key_required=not request.app.state.api.open_mode)
 
 
 @router.get("/session", response_model=SessionView)

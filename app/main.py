@@ -1,4 +1,5 @@
-"""FastAPI application factory: `create_app(settings)` wires store, workers, limits and routes."""
+"""FastAPI application factory: `create_app(config)` wires store, workers, limits and routes, all from the
+configuration tree it is given (worker/config/)."""
 
 from __future__ import annotations
 
@@ -17,27 +18,29 @@ from app.body_checks import StrictJsonBody
 from app.limits import BodySizeLimit, FailedAuthLimiter, RateLimiter
 from app.metrics import RequestMetrics, ServiceMetrics
 from app.service import Submitter
-from app.settings import Settings
 from app.views import clean_errors
 from app.waiting import JobEvents
+from worker.config.tree import KernelJudgeConfig, load_config
 from worker.engine.gpu_monitor import gpu_monitor
 from worker.jobs.callbacks import CallbackSender
 from worker.jobs.launchers.celery_launcher import CeleryLauncher
 from worker.jobs.launchers.embedded_launcher import EmbeddedLauncher, plan_identities
 from worker.jobs.launchers.launcher import Launcher
-from worker.jobs.store import Job, JobStore
+from worker.jobs.store import Job, JobStore, store_url
 
 log = logging.getLogger(__name__)
 
 REAPER_INTERVAL_S = 30.0
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings.from_env()
-    store = JobStore(settings.resolved_database_url())
+def create_app(config: KernelJudgeConfig | None = None) -> FastAPI:
+    """The app for this configuration (`kerneljudge serve` loads it once; default: load_config())."""
+    config = config if config is not None else load_config()
+    api, jobs = config.api, config.jobs
+    store = JobStore(store_url(jobs))
     metrics = ServiceMetrics()
     events = JobEvents()
-    callbacks = CallbackSender(settings.callbacks)
+    callbacks = CallbackSender(jobs.callbacks)
 
     def finished(job: Job) -> None:  # a job the embedded lanes finished (Celery workers tell only the store)
         metrics.observe_finished(job)
@@ -46,10 +49,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # The one launcher of this process (worker/jobs/launchers/); the app uses only the Launcher interface.
     launcher: Launcher
-    if settings.broker_url:
-        launcher = CeleryLauncher(settings.broker_url)
+    if jobs.broker_url:
+        launcher = CeleryLauncher(jobs.broker_url, jobs.job_time_limit_s)
     else:
-        launcher = EmbeddedLauncher(store, plan_identities(settings.device, settings.local_workers), finished)
+        launcher = EmbeddedLauncher(store, plan_identities(api.device, api.local_workers), finished,
+                                    process_config=config)
     metrics.watch_store(store, launcher.workers_alive)
     # The lanes in this process (their watchdog's view); Celery workers' lanes live in their own processes.
     metrics.watch_lanes(launcher.lane_health)
@@ -60,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         events.bind(asyncio.get_running_loop())
         await asyncio.to_thread(launcher.start)
-        reaper = asyncio.create_task(_reap_overdue(store, settings.job_time_limit_s, events))
+        reaper = asyncio.create_task(_reap_overdue(store, jobs.job_time_limit_s, events))
         try:
             yield
         finally:
@@ -77,15 +81,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # served by api_docs without a CDN
         redoc_url=None,
     )
-    app.state.settings = settings
+    app.state.config = config
+    app.state.api = api  # the API section, which the routes read
     app.state.store = store
     app.state.metrics = metrics
     app.state.events = events
     app.state.launcher = launcher
-    app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_burst)
-    app.state.auth_failures = FailedAuthLimiter(settings.auth_fail_rate_per_s, settings.auth_fail_burst,
-                                                settings.auth_fail_global_rate_per_s)
-    app.state.submitter = Submitter(store, settings, launcher, metrics, callbacks)
+    app.state.rate_limiter = RateLimiter(api.rate_limit_per_s, api.rate_burst)
+    app.state.auth_failures = FailedAuthLimiter(api.auth_fail_rate_per_s, api.auth_fail_burst,
+                                                api.auth_fail_global_rate_per_s)
+    app.state.submitter = Submitter(store, api, launcher, metrics, callbacks)
 
     app.include_router(routes_evaluations.router)
     app.include_router(routes_system.router)
@@ -98,7 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the body check reads whole.
     app.add_middleware(StrictJsonBody)
     app.add_middleware(RequestMetrics, metrics=metrics)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=api.max_body_bytes)
     return app
 
 

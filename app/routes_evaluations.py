@@ -38,7 +38,7 @@ async def _wait(request: Request, jobs: list[Job], wait_s: float) -> dict[str, J
         return by_id
     state = _state(request)
     fresh = await state.events.wait_until_finished(state.store.get_many, pending,
-                                                   min(wait_s, state.settings.max_wait_s))
+                                                   min(wait_s, state.api.max_wait_s))
     by_id.update(fresh)
     return by_id
 
@@ -74,7 +74,7 @@ async def create_batch(body: BatchCreate, request: Request, response: Response, 
     With Idempotency-Key K, item i uses the key "K#i", so a retried batch returns the same jobs.
     """
     state = _state(request)
-    limit = state.settings.max_batch_items
+    limit = state.api.max_batch_items
     if len(body.items) > limit:
         raise HTTPException(422, [{"type": "too_long", "loc": ["body", "items"],
                                    "msg": f"at most {limit} items per batch; split the batch"}])
@@ -119,9 +119,9 @@ async def read_evaluations(request: Request,
     """Read many jobs at once (optionally waiting until all are finished)."""
     state = _state(request)
     wanted = list(dict.fromkeys(i.strip() for i in ids.split(",") if i.strip()))
-    if len(wanted) > state.settings.max_ids_per_read:
+    if len(wanted) > state.api.max_ids_per_read:
         raise HTTPException(422, [{"type": "too_long", "loc": ["query", "ids"],
-                                   "msg": f"at most {state.settings.max_ids_per_read} ids per read"}])
+                                   "msg": f"at most {state.api.max_ids_per_read} ids per read"}])
     found = await asyncio.to_thread(state.store.get_many, wanted)
     visible = {i: j for i, j in found.items() if principal.can_see(j.api_key_id)}
     visible = await _wait(request, list(visible.values()), wait)

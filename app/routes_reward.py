@@ -92,7 +92,7 @@ async def get_reward(body: RewardRequest, request: Request,
                 reasons[i] = f"not submitted (HTTP {exc.status}): {exc.detail}"
 
     await asyncio.to_thread(submit_all)
-    wait_s = min(timeout or state.settings.reward_wait_s, state.settings.reward_wait_s)
+    wait_s = min(timeout or state.api.reward_wait_s, state.api.reward_wait_s)
     submitted = [i for i in job_ids if i is not None]
     jobs = await state.events.wait_until_finished(state.store.get_many, submitted, wait_s) if submitted else {}
     unfinished = {job_id: job.status for job_id, job in jobs.items() if not job.terminal}

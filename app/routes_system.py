@@ -78,7 +78,7 @@ async def register_problems(body: ProblemBatchCreate, request: Request,
                             principal: Principal = Depends(authenticate)) -> ProblemBatchResponse:
     """Register many references at once (a whole problem set); a bad item gets an inline error and the
     others are registered. Idempotent like POST /v1/problems."""
-    limit = request.app.state.settings.max_batch_items
+    limit = request.app.state.api.max_batch_items
     if len(body.items) > limit:
         raise HTTPException(422, [{"type": "too_long", "loc": ["body", "items"],
                                    "msg": f"at most {limit} items per batch; split the batch"}])

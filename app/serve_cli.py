@@ -10,6 +10,10 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from worker.config.tree import KernelJudgeConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +43,7 @@ def is_loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.settings import Settings
+    from worker.config.tree import load_config
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from worker.engine.sandbox.spawner import start_spawner
@@ -50,22 +54,17 @@ def run(args: argparse.Namespace) -> int:
     except (AttributeError, ValueError, io.UnsupportedOperation):
         pass  # no SIGUSR1 here, or stderr is not a file (run inside another program): no dump, nothing else lost
     try:
-        settings = Settings.from_env()
+        config = load_config()  # once for this process: the app, its workers and the checks below share it
     except (OSError, ValueError) as exc:
         print(f"kerneljudge serve: bad configuration: {exc}", file=sys.stderr)
         return 2
-    if args.device:
-        settings.device = args.device
-    if args.workers is not None:
-        settings.local_workers = args.workers
-    if args.broker:
-        settings.broker_url = args.broker
-    settings.open_mode = settings.open_mode or args.open
-    if settings.open_mode and not is_loopback(args.host):
+    config = _with_flags(config, args)
+    api = config.api
+    if api.open_mode and not is_loopback(args.host):
         print("kerneljudge serve: open mode (no API keys) is only allowed on a loopback address; "
               "set KERNELJUDGE_API_KEYS or bind --host 127.0.0.1", file=sys.stderr)
         return 2
-    if not settings.open_mode and not settings.api_keys:
+    if not api.open_mode and not api.api_keys:
         print("kerneljudge serve: no API keys configured; set KERNELJUDGE_API_KEYS=key1,key2 "
               "(or KERNELJUDGE_API_KEYS_FILE), or pass --open on a loopback address", file=sys.stderr)
         return 2
@@ -76,19 +75,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"kerneljudge serve: --problems: {exc}", file=sys.stderr)
         return 2
 
+    from worker.engine.engine_settings import EngineSettings
+
     startup_check = None
-    if not settings.broker_url and os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
+    if not config.jobs.broker_url and not config.sandbox.skip_selfcheck:
         # Embedded workers run here: make sure the sandbox works before accepting jobs (refuse to start
         # when it does not), then prove the real path with one evaluation in the background; /v1/ready
         # stays false until it passes.
         from contract.statuses import Device
         from worker.engine.sandbox import SandboxUnavailable
         from worker.engine.sandbox.selfcheck import require_working_sandbox
-        from worker.engine.settings import EngineSettings
         from worker.engine.startup_check import StartupCheckRun
 
-        engine_settings = EngineSettings.from_env()
-        use_gpu = settings.device != "cpu" and os.path.exists("/dev/nvidiactl")
+        engine_settings = EngineSettings.from_config(config)
+        use_gpu = api.device != "cpu" and os.path.exists("/dev/nvidiactl")
         try:
             check = require_working_sandbox(use_gpu=use_gpu, gpu_index=None,
                                             isolate_network=engine_settings.isolate_network,
@@ -104,17 +104,16 @@ def run(args: argparse.Namespace) -> int:
             gpus = [int(g) for g in visible_gpus() if g.isdigit()]
         startup_check = StartupCheckRun(engine_settings, Device.cuda if use_gpu else Device.cpu, gpus).start()
     pch_warmup = None
-    if not settings.broker_url:  # embedded workers that build CUDA: the precompiled header now, not on a job's path
+    if not config.jobs.broker_url:  # embedded workers that build: the precompiled header now, not on a job's path
         from worker.engine.build.builder import start_pch_warmup
-        from worker.engine.settings import EngineSettings
 
-        pch_warmup = start_pch_warmup(EngineSettings.from_env(), settings.device)
+        pch_warmup = start_pch_warmup(EngineSettings.from_config(config), api.device)
 
     import uvicorn
 
     from app.main import create_app
 
-    app = create_app(settings)
+    app = create_app(config)
     app.state.startup_check = startup_check
     app.state.pch_warmup = pch_warmup
     if library_problems:
@@ -126,6 +125,18 @@ def run(args: argparse.Namespace) -> int:
     # One process: the embedded workers live in it (several uvicorn workers would multiply them).
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
     return 0
+
+
+def _with_flags(config: KernelJudgeConfig, args: argparse.Namespace) -> KernelJudgeConfig:
+    """The configuration with the flags given on the command line in place of their variables."""
+    api: dict[str, object] = {"open_mode": config.api.open_mode or args.open}
+    if args.device:
+        api["device"] = args.device
+    if args.workers is not None:
+        api["local_workers"] = args.workers
+    jobs = {"broker_url": args.broker} if args.broker else {}
+    return config.model_copy(update={"api": config.api.model_copy(update=api),
+                                     "jobs": config.jobs.model_copy(update=jobs)})
 
 
 def _library_problems(names: list[str]) -> tuple:

@@ -1,6 +1,6 @@
 """Submission logic shared by the single, batch and reward endpoints.
 
-Turns a validated EvaluationCreate into a stored job: applies the key's job caps (app/caps.py)
+Turns a validated EvaluationCreate into a stored job: applies the key's job caps (worker/config/job_caps.py)
 and checks the callback, registers the reference as a problem (owned by the key when new),
 extracts code from a completion (a completion without code is finished at once with
 format = 0, no worker needed), applies the queue quota and limits, and hands the job to the launcher.
@@ -14,7 +14,7 @@ from typing import Any
 
 from app.auth import Principal
 from app.schemas import EvaluationCreate
-from app.settings import Settings
+from worker.config.api_section import ApiSection
 from worker.jobs.callback_target import CallbackRefused, check_destination
 from worker.jobs.launchers.launcher import Launcher, LaunchError
 from worker.jobs.store import IdempotencyConflict, Job, JobStore, NewJob
@@ -44,17 +44,17 @@ class Capacity:
 
 
 class Submitter:
-    def __init__(self, store: JobStore, settings: Settings, launcher: Launcher, metrics, callbacks):
+    def __init__(self, store: JobStore, api: ApiSection, launcher: Launcher, metrics, callbacks):
         self.store = store
         self.callbacks = callbacks
-        self.settings = settings
+        self.api = api
         self.launcher = launcher
         self.metrics = metrics
 
     def capacity(self, principal: Principal) -> Capacity:
         queued, active = self.store.load(principal.key_id)
-        return Capacity(queue_room=self.settings.max_queue - queued,
-                        key_room=self.settings.max_active_per_key - active)
+        return Capacity(queue_room=self.api.max_queue - queued,
+                        key_room=self.api.max_active_per_key - active)
 
     def submit(self, body: EvaluationCreate, principal: Principal, capacity: Capacity,
                idempotency_key: str | None = None, loc_prefix: tuple = ("body",)) -> tuple[Job, bool]:
@@ -93,7 +93,7 @@ class Submitter:
         """The error refusing a new job when this key's quota or the queue is full, else None."""
         if capacity.key_room <= 0:
             return SubmissionError(
-                429, f"this API key already has {self.settings.max_active_per_key} unfinished jobs (its quota); "
+                429, f"this API key already has {self.api.max_active_per_key} unfinished jobs (its quota); "
                      "wait for some to finish", {"Retry-After": str(RETRY_AFTER_S)})
         if capacity.queue_room <= 0:
             return SubmissionError(503, "the queue is full; retry later", {"Retry-After": str(RETRY_AFTER_S)})
@@ -101,7 +101,7 @@ class Submitter:
 
     def _new_job(self, body: EvaluationCreate, principal: Principal, idempotency_key: str | None,
                  loc_prefix: tuple) -> NewJob:
-        if body.options.sandbox.value == "none" and not self.settings.allow_unsandboxed:
+        if body.options.sandbox.value == "none" and not self.api.allow_unsandboxed:
             raise field_error((*loc_prefix, "options", "sandbox"),
                               "sandbox 'none' is disabled on this server (KERNELJUDGE_ALLOW_UNSANDBOXED)")
         options = body.options.model_dump(mode="json", exclude_unset=False)
@@ -146,11 +146,11 @@ class Submitter:
         if body.callback_url is None:
             return None
         url, loc = str(body.callback_url), (*loc_prefix, "callback_url")
-        if not self.settings.callbacks.enabled:
+        if not self.callbacks.config.enabled:
             raise field_error(loc, "callbacks are off on this server: it has no KERNELJUDGE_CALLBACK_SECRET to sign "
                                    "them; poll the job (or wait with ?wait=) instead")
         try:
-            check_destination(url, self.settings.callbacks.allow)
+            check_destination(url, self.callbacks.config.allow)
         except CallbackRefused as refused:
             raise field_error(loc, str(refused)) from None
         return url

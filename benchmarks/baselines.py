@@ -24,7 +24,7 @@ from contract.results import EvalResult
 from contract.statuses import Device
 from problem_library.catalog import LibraryProblem, select
 from worker import engine
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 
 HONEST = ("triton_ok", "cuda_ok", "numba_ok")
 COLUMNS = ("problem", "candidate", "verdict", "eager ref ms", "compiled ref ms", "compile vs eager",
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     device = Device(args.device)
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.configured()
     settings.compile_baseline = True
     options = EvalOptions(device=device, timing_budget_s=args.timing_budget, trials=args.trials,
                           compile_baseline=True)

@@ -19,6 +19,7 @@ whether the candidate's kernel times agree within noise.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -33,8 +34,8 @@ import torch
 from contract.statuses import SandboxKind
 from worker.engine.build import builder as build
 from worker.engine.build import pool
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
-from worker.engine.settings import EngineSettings
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpora" / "kernelbench-sft"
@@ -143,12 +144,11 @@ def device_check(rows: list[Row], settings: EngineSettings, deadline: float, wri
             continue
         results = {}
         for build_path in ("auto", "full"):
-            os.environ["KERNELJUDGE_BUILD_PATH"] = build_path
             request = EvalRequest(reference=row.candidate.reference.read_text(),
                                   candidate=row.candidate.source.read_text(),
                                   options=EvalOptions(device="cuda", trials=2, timing_budget_s=0.5))
-            results[build_path] = evaluate(request, settings=settings)
-        os.environ.pop("KERNELJUDGE_BUILD_PATH", None)
+            forced = dataclasses.replace(settings, build_path=build_path)
+            results[build_path] = evaluate(request, settings=forced)
         fast, full = results["auto"], results["full"]
         check = {"fast_verdict": fast.status.value, "full_verdict": full.status.value,
                  "same_verdict": fast.status == full.status and fast.correct == full.correct,
@@ -178,7 +178,7 @@ def markdown(rows: list[Row], args: argparse.Namespace, walls: dict[str, float])
         f"- torch {torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU build'}), "
         f"host compiler for the fast path: {build.find_toolchain().fast_cxx}, CUDA toolkit: {build.find_toolchain().cuda_home}",
         f"- command: `{' '.join(['python', '-m', 'benchmarks.builds', *sys.argv[1:]])}`",
-        f"- parallel builds: {args.jobs} (build pool slots on this machine: {pool.build_slots()})",
+        f"- parallel builds: {args.jobs} (build pool slots on this machine: {args.pool_slots})",
         "",
         "## Summary",
         "",
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="N candidates spread evenly over the list (a machine too slow for all of them)")
     parser.add_argument("--full-limit", type=int, default=None,
                         help="full builds for the first N candidates only (default: all)")
-    parser.add_argument("--jobs", type=int, default=pool.build_slots(), help="builds at once (default: the pool's)")
+    parser.add_argument("--jobs", type=int, default=None, help="builds at once (default: the pool's)")
     parser.add_argument("--cache", type=Path, default=None,
                         help="build cache (default: a fresh one under $KERNELJUDGE_DATA_DIR or /tmp, so all build)")
     parser.add_argument("--device-check", action="store_true", help="GPU host: compare fast and full builds on the GPU")
@@ -250,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop the device check after this many seconds of the whole run (a device call's limit)")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.configured()
+    args.pool_slots = pool.build_slots(settings)
+    args.jobs = args.jobs or args.pool_slots
     if args.cache:
         settings.build_cache = args.cache
     run_cache = settings.build_cache.parent / f"benchmark-builds-{int(time.time())}"

@@ -31,7 +31,7 @@ from contract.requests import EvalOptions, EvalRequest
 from contract.results import EvalResult
 from contract.statuses import Device, EvalStatus
 from worker import engine
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "kernelbench-sft"
 CHECK_TIMEOUT_S = 600
@@ -234,7 +234,7 @@ def main() -> int:
     parser.add_argument("--jsonl", type=Path, required=True)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.configured()
     pairs = load_pairs(args.corpus, args.ids, args.limit)
     phases = args.phases.split(",")
     if "build" in phases:

@@ -27,9 +27,9 @@ from contract.results import EvalResult
 from contract.statuses import Device
 from problem_library.catalog import LIBRARY_DIR
 from worker import engine
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.sandbox.bwrap import gpu_device_nodes
 from worker.engine.sandbox.selfcheck import check_sandbox
-from worker.engine.settings import EngineSettings
 
 PROBLEMS = LIBRARY_DIR
 HONEST = ("triton_ok", "cuda_ok", "numba_ok")  # Numba candidates exist for some problems only
@@ -123,7 +123,7 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=5)
     args = parser.parse_args()
 
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.configured()
     device = Device(args.device)
     lines: list[str] = []
     if device == Device.cuda:

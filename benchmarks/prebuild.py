@@ -18,9 +18,9 @@ from pathlib import Path
 
 from contract.statuses import Backend, SandboxKind
 from worker.engine.build import builder as build
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
 from worker.engine.policy import detect_backend
-from worker.engine.settings import EngineSettings
 
 
 def main() -> int:
@@ -28,7 +28,7 @@ def main() -> int:
     parser.add_argument("patterns", nargs="+")
     parser.add_argument("--threads", type=int, default=8)
     args = parser.parse_args()
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.configured()
     import torch
 
     files = sorted({Path(f) for pattern in args.patterns for f in glob.glob(pattern, recursive=True)})

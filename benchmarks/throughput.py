@@ -526,9 +526,9 @@ def run_serial(phase: Phase, pairs: list[Pair], device: str, options: dict, dead
     from contract.results import EvalResult
     from worker import engine
     from worker.engine.build.pool import build_slots
-    from worker.engine.settings import EngineSettings
+    from worker.engine.engine_settings import EngineSettings
 
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.configured()
     settings.compile_baseline = False
     by_source: dict[tuple[str, str], list[Pair]] = {}
     for pair in pairs:
@@ -548,7 +548,7 @@ def run_serial(phase: Phase, pairs: list[Pair], device: str, options: dict, dead
         request = EvalRequest(reference=key[0], candidate=key[1], options={**options, "device": device})
         return engine.prepare(request, settings=settings)
 
-    with ThreadPoolExecutor(build_slots()) as pool:
+    with ThreadPoolExecutor(build_slots(settings)) as pool:
         prepared = dict(zip(order, pool.map(prepare, order), strict=True))
     with BusySampler(device) as busy:
         for key in order:

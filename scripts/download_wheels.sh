@@ -16,7 +16,7 @@ python3 -m pip download --quiet --dest "$dest" --only-binary=:all: \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform any \
     "pydantic>=2.6" "httpx>=0.27" "fastapi>=0.110" "uvicorn>=0.29" "sqlalchemy>=2.0" "alembic>=1.13,<2" \
-    "celery>=5.4" "redis>=5.0" "prometheus-client>=0.20" "pytest>=8" "setuptools>=68" "wheel" \
+    "pydantic-settings>=2.7" "celery>=5.4" "redis>=5.0" "prometheus-client>=0.20" "pytest>=8" "setuptools>=68" "wheel" \
     "ninja>=1.11" "libclang-ng==22.1.4.2" "numba>=0.61" "numba-cuda>=0.30,<0.31" "cuda-bindings>=13,<14"
 # bubblewrap as a .deb: unpacked with `dpkg -x` where apt cannot reach a mirror.
 if command -v apt-get >/dev/null; then

@@ -6,7 +6,7 @@ set -euo pipefail
 wheels=${1:-wheelhouse}
 here=$(cd "$(dirname "$0")/.." && pwd)
 python3 -m pip install --quiet --no-index --find-links "$wheels" \
-    pydantic httpx fastapi uvicorn sqlalchemy alembic celery redis prometheus-client pytest ninja libclang-ng \
+    pydantic httpx fastapi uvicorn sqlalchemy pydantic-settings alembic celery redis prometheus-client pytest ninja libclang-ng \
     numba numba-cuda
 python3 -m pip install --quiet --no-index --find-links "$wheels" --no-build-isolation --no-deps -e "$here"
 if ! command -v bwrap >/dev/null; then

@@ -1,12 +1,13 @@
 """The documentation as users meet it: docs/configuration.md lists exactly the variables the code reads, and
 the README's links lead to pages that exist.
 
-What counts as "read by the code" (scanned: app/, worker/, kerneljudge/, scripts/, benchmarks/, tests/, the
-Makefile, the Dockerfile, docker-compose.yml and .ci/):
-  - in Python, a string constant that is exactly a variable name (`os.environ.get("KERNELJUDGE_X")`, a settings
-    helper's `_env_int("KERNELJUDGE_X", ...)`, an environment handed to a child process); names that only appear
-    inside a longer text (a docstring, an error message) do not count;
-  - in shell, Make, Docker and compose files, an expansion: `$KERNELJUDGE_X` or `${KERNELJUDGE_X...}`.
+What counts as "read by the code":
+  - the configuration tree (worker/config/): the variable each field of each section is read from;
+  - elsewhere in Python (scanned: app/, worker/, sandbox_side/, kerneljudge/, scripts/, benchmarks/, tests/), a
+    string constant that is exactly a variable name (`os.environ.get("KERNELJUDGE_X")`, an environment handed to
+    a child process); names that only appear inside a longer text (a docstring, an error message) do not count;
+  - in shell, Make, Docker and compose files (the Makefile, the Dockerfile, docker-compose.yml, scripts/,
+    benchmarks/, .ci/), an expansion: `$KERNELJUDGE_X` or `${KERNELJUDGE_X...}`.
 Left out: benchmarks/redteam/cases/ (attacking candidates probe for variables that do not exist) and this file.
 Documented: every KERNELJUDGE_* name written anywhere in docs/configuration.md.
 """
@@ -14,15 +15,18 @@ Documented: every KERNELJUDGE_* name written anywhere in docs/configuration.md.
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
+
+from worker.config.tree import KernelJudgeConfig
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DOC = REPO / "docs" / "configuration.md"
 NAME = re.compile(r"KERNELJUDGE_[A-Z0-9_]+")
 EXACT_NAME = re.compile(r"^KERNELJUDGE_[A-Z0-9_]*[A-Z0-9]$")
 SHELL_EXPANSION = re.compile(r"\$\{?(KERNELJUDGE_[A-Z0-9_]*[A-Z0-9])")
-PYTHON_ROOTS = ("app", "worker", "kerneljudge", "scripts", "benchmarks", "tests")
+PYTHON_ROOTS = ("app", "worker", "sandbox_side", "kerneljudge", "scripts", "benchmarks", "tests")
 SHELL_FILES = ("Makefile", "Dockerfile", "docker-compose.yml")
 SHELL_ROOTS = ("scripts", "benchmarks", ".ci")
 LEFT_OUT = (REPO / "benchmarks" / "redteam" / "cases", Path(__file__).resolve())
@@ -43,13 +47,25 @@ def _python_reads(path: Path) -> dict[str, str]:
             and EXACT_NAME.match(node.value)}
 
 
+def tree_variables() -> dict[str, str]:
+    """Each variable the configuration tree reads, with the file of its section."""
+    found: dict[str, str] = {}
+    for section in KernelJudgeConfig.sections().values():
+        where = str(Path(inspect.getfile(section)).resolve().relative_to(REPO))
+        for field in section.model_fields.values():
+            if isinstance(field.validation_alias, str):
+                found[field.validation_alias] = where
+    return found
+
+
 def variables_read() -> dict[str, str]:
     """Each variable the code reads, with one file that reads it."""
-    found: dict[str, str] = {}
+    found = tree_variables()
     for root in PYTHON_ROOTS:
         for path in sorted((REPO / root).rglob("*.py")):
             if _scanned(path):
-                found.update(_python_reads(path))
+                for name, where in _python_reads(path).items():
+                    found.setdefault(name, where)
     shell = [REPO / name for name in SHELL_FILES]
     shell += [p for root in SHELL_ROOTS for p in (REPO / root).rglob("*") if p.is_file() and p.suffix != ".py"]
     for path in shell:
@@ -75,13 +91,41 @@ def test_every_variable_the_code_reads_is_documented_and_no_other():
 
 
 def test_the_scan_finds_reads_of_each_kind():
-    """The scanner itself: a settings helper, a plain os.environ read, a shell expansion, a compose default."""
+    """The scanner itself: the tree's sections, a plain os.environ read, a shell expansion, a compose default."""
     read = variables_read()
-    assert read["KERNELJUDGE_MAX_BATCH"] == "app/settings.py"
-    assert read["KERNELJUDGE_BWRAP"] == "worker/engine/sandbox/bwrap.py"
+    tree = tree_variables()
+    assert {"KERNELJUDGE_MAX_BATCH", "KERNELJUDGE_DATA_DIR", "KERNELJUDGE_CLAIM_BURST", "KERNELJUDGE_TIMED_CHECKS",
+            "KERNELJUDGE_BWRAP"} <= set(tree)
+    assert read["KERNELJUDGE_MAX_BATCH"] == "worker/config/api_section.py"
+    assert read["KERNELJUDGE_BWRAP"] == "worker/config/sandbox_section.py"
+    assert read["KERNELJUDGE_FAST_CXX"].startswith(("worker/", "sandbox_side/"))
+    assert read["KERNELJUDGE_CHROMIUM"].startswith("tests/")
     assert read["KERNELJUDGE_VENV"].startswith("scripts/")
     assert read["KERNELJUDGE_BASE_IMAGE"] == "docker-compose.yml"
     assert "KERNELJUDGE_PHASE" not in read  # only a red-team candidate looks for it
+
+
+def test_only_the_configuration_tree_reads_the_service_variables():
+    """app/ and worker/ take their KERNELJUDGE_* values from the tree they are given (worker/config/); none
+    reads one from os.environ itself (writing one into a child's environment is not reading it)."""
+    readers = []
+    for root in ("app", "worker"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            if (REPO / "worker" / "config") in path.parents:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and _environ_read(node.func) and node.args \
+                        and isinstance(node.args[0], ast.Constant) and NAME.match(str(node.args[0].value)):
+                    readers.append(f"{path.relative_to(REPO)}:{node.lineno} {node.args[0].value}")
+                elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) \
+                        and ast.unparse(node.value) == "os.environ" and isinstance(node.slice, ast.Constant) \
+                        and NAME.match(str(node.slice.value)):
+                    readers.append(f"{path.relative_to(REPO)}:{node.lineno} {node.slice.value}")
+    assert readers == []
+
+
+def _environ_read(func: ast.expr) -> bool:
+    return ast.unparse(func) in ("os.environ.get", "os.getenv", "environ.get", "getenv")
 
 
 def test_readme_and_docs_links_lead_somewhere():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from worker.engine.build import builder as build
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from app import serve_cli
 from sandbox_side.build.pch import READY
 from worker.engine.build import builder as build
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 
 FAKE_COMPILER = """#!/bin/sh
 # A stand-in for the host compiler: --version answers; a compile is logged, waits for the gate file,
@@ -99,7 +99,7 @@ def test_serve_builds_the_header_at_start_and_is_not_ready_until_it_exists(tmp_p
         assert warming.status_code == 503
         assert (warming.json()["ready"], warming.json()["precompiled_header"]) == (False, "warming")
         # A build arriving now waits for this build of the header; it does not start a second one.
-        settings = EngineSettings.from_env()
+        settings = EngineSettings.configured()
         waited = threading.Thread(target=build.pch_root, args=(settings, torch.__version__))
         waited.start()
         time.sleep(1.0)
@@ -130,7 +130,7 @@ def test_a_header_that_fails_leaves_the_service_ready_and_says_why(tmp_path, mon
         assert "full build path" in body["precompiled_header"]
         # Builds go on without it (the fast path finds no header and takes the full build), and do not
         # try the failed header again in this process.
-        settings = EngineSettings.from_env()
+        settings = EngineSettings.configured()
         assert build.pch_root(settings, torch.__version__) == settings.build_cache / "pch"
         assert len(compiler.compiles()) == 3
     finally:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.service.helpers import OTHER_KEY, USER_KEY, LiveServer, make_settings, start_server
+from tests.service.helpers import OTHER_KEY, USER_KEY, LiveServer, make_config, start_server
 from tests.service.sources import NO_CODE_COMPLETION, REFERENCE, TRITON_CANDIDATE, WRONG_CANDIDATE
 
 PROBLEM_NAME = "add_one"
@@ -34,7 +34,7 @@ class EvaluatedServer:
 
 @pytest.fixture(scope="session")
 def evaluated(tmp_path_factory) -> Iterator[EvaluatedServer]:
-    live = start_server(make_settings(tmp_path_factory.mktemp("dashboard") / "data", local_workers=1))
+    live = start_server(make_config(tmp_path_factory.mktemp("dashboard") / "data", local_workers=1))
     try:
         with live.client(USER_KEY) as user, live.client(OTHER_KEY) as other:
             registered = user.post("/v1/problems", json={"reference": REFERENCE, "name": PROBLEM_NAME})

@@ -6,9 +6,9 @@ from datetime import datetime
 
 import pytest
 
-from app.settings import key_id_for
 from dashboard.conftest import PROBLEM_NAME, SPAWNING_CANDIDATE, EvaluatedServer
-from tests.service.helpers import ADMIN_KEY, OTHER_KEY, USER_KEY, make_settings, start_server
+from tests.service.helpers import ADMIN_KEY, OTHER_KEY, USER_KEY, make_config, start_server
+from worker.config.api_keys import key_id_for
 from worker.jobs.store import JobStore, NewJob
 
 ENDPOINTS = ["session", "live", "outcomes", "speedups", "rules", "stages", "jobs", "jobs/some-id"]
@@ -141,7 +141,7 @@ def test_requests_past_the_bounds_are_refused_with_the_field_named(evaluated, qu
 
 def test_live_shows_busy_workers_and_hides_other_keys_jobs(tmp_path):
     """Jobs in flight on workers of another node (claimed straight in the shared store)."""
-    live = start_server(make_settings(tmp_path / "data", local_workers=0))
+    live = start_server(make_config(tmp_path / "data", local_workers=0))
     store = JobStore(f"sqlite:///{(tmp_path / 'data' / 'kerneljudge.db').resolve()}")
     try:
         problem, _ = store.put_problem("class Model: pass\n")
@@ -172,7 +172,7 @@ def test_live_shows_busy_workers_and_hides_other_keys_jobs(tmp_path):
 
 
 def test_open_mode_needs_no_key_and_shows_every_job(tmp_path):
-    live = start_server(make_settings(tmp_path / "data", api_keys={}, open_mode=True))
+    live = start_server(make_config(tmp_path / "data", api_keys={}, open_mode=True))
     try:
         with live.client(None) as client:
             assert client.get("/v1/dashboard/access").json() == {"key_required": False}

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Route, sync_playwright
 
 from dashboard.conftest import SPAWNING_CANDIDATE
-from tests.service.helpers import USER_KEY, make_settings, start_server
+from tests.service.helpers import USER_KEY, make_config, start_server
 
 CHROMIUM = os.environ.get("KERNELJUDGE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -121,7 +121,7 @@ def test_rule_example_opens_the_job_with_its_evidence_and_source(evaluated, page
 
 def test_open_mode_shows_an_empty_dashboard_without_asking_for_a_key(page, tmp_path):
     tab, problems = page
-    live = start_server(make_settings(tmp_path / "data", api_keys={}, open_mode=True, local_workers=0))
+    live = start_server(make_config(tmp_path / "data", api_keys={}, open_mode=True, local_workers=0))
     try:
         tab.goto(f"{live.base_url}/dashboard")
         tab.wait_for_function(f"() => ({CHART_POINTS})('queue-chart').length > 0", timeout=RENDER_TIMEOUT_MS)
@@ -146,7 +146,7 @@ def test_api_docs_render_every_operation_without_internet(page, tmp_path):
     """Swagger UI's script and styles come from the service (app/static/docs/vendor/): with every
     request to another host refused, /docs still draws the operations of /openapi.json."""
     tab, problems = page
-    live = start_server(make_settings(tmp_path / "data", local_workers=0))
+    live = start_server(make_config(tmp_path / "data", local_workers=0))
     refused: list[str] = []
 
     def only_this_server(route: Route) -> None:

@@ -17,7 +17,7 @@ from tests.conftest import SILU_KERNEL as SILU_KERNEL
 from tests.conftest import TRITON_HEADER as TRITON_HEADER
 from tests.conftest import triton_candidate as triton_candidate
 from worker.engine import evaluate
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 
 SILU_REFERENCE = textwrap.dedent('''
     import torch
@@ -46,7 +46,7 @@ HONEST_SILU = triton_candidate('''
 def settings(tmp_path) -> EngineSettings:
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is required for the engine tests: apt-get install bubblewrap")
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.configured()
     settings.work_root = tmp_path / "work"
     if not os.environ.get("KERNELJUDGE_DATA_DIR"):
         # Builds are cached per candidate source; a shared data dir lets GPU runs reuse them.

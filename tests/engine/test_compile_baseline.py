@@ -106,7 +106,7 @@ def test_a_compiled_reference_that_disagrees_with_the_eager_one_is_no_baseline()
 
 def test_the_worker_switch_and_the_job_option_turn_the_baseline_off():
     from contract.requests import EvalOptions
-    from worker.engine.settings import EngineSettings
+    from worker.engine.engine_settings import EngineSettings
     from worker.engine.timing.compile_baseline import off_reason
 
     settings = EngineSettings()

@@ -14,7 +14,7 @@ from contract.statuses import EvalStatus
 from sandbox_side.judging import physics_measure as judge_physics
 from tests.engine.conftest import TRITON_HEADER
 from tests.problems_util import load_problem
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.verdict import physics
 from worker.engine.verdict.attribution import Attribution
 from worker.engine.verdict.verification import Observations, runtime_rules

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from contract.requests import EvalOptions
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.memory_budget import HeldMemory, MemoryBudget
 from worker.engine.reference.reference_cache import (
     CachedReference,
@@ -12,7 +13,6 @@ from worker.engine.reference.reference_cache import (
     ReferenceCache,
     new_seeds,
 )
-from worker.engine.settings import EngineSettings
 
 
 class FakeJudge:

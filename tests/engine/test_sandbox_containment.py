@@ -161,11 +161,11 @@ AS_UID = """
 import json, sys
 from pathlib import Path
 from worker.engine import evaluate
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 from contract.requests import EvalOptions, EvalRequest
 from worker.engine.sandbox.spec import IsolationConfig
 cases = json.loads(sys.argv[1])
-settings = EngineSettings.from_env()
+settings = EngineSettings.configured()
 settings.cpu_threads = 1
 settings.isolation = IsolationConfig(mode="uid", lock_dir=Path(cases.pop("lock_dir")))
 out = {}

@@ -15,8 +15,8 @@ import pytest
 
 from contract.statuses import Device
 from tests.sandbox.venvs import remove, system_venv
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.sandbox.python_roots import describe_unreachable, unreachable_modules
-from worker.engine.settings import EngineSettings
 from worker.engine.startup_check import run_startup_check
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,12 +24,12 @@ REPO = Path(__file__).resolve().parents[2]
 CHECK = """
 import json, logging
 from worker.engine.sandbox.selfcheck import check_sandbox
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.startup_check import run_startup_check
 from contract.statuses import Device
 logging.disable(logging.CRITICAL)
 probe = check_sandbox(gpu_nodes=[], isolate_network=True)
-check = run_startup_check(EngineSettings.from_env(), Device.cpu)
+check = run_startup_check(EngineSettings.configured(), Device.cpu)
 print(json.dumps({"probe": probe.ok, "ok": check.ok, "message": check.message}))
 """
 

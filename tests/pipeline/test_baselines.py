@@ -10,7 +10,7 @@ import time
 import pytest
 
 from contract.requests import EvalOptions
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.timing import baseline_worker, compile_baseline
 from worker.engine.timing.baselines import (
     COMPILE_BASELINE,

@@ -122,11 +122,11 @@ def test_the_task_a_message_names_is_the_one_workers_run():
 
 @pytest.mark.parametrize("broker_url, expected", [(None, EmbeddedLauncher), ("memory://", CeleryLauncher)])
 def test_the_app_holds_the_launcher_its_settings_choose(tmp_path, broker_url, expected):
-    from service.helpers import make_settings
+    from service.helpers import make_config
 
     from app.main import create_app
 
-    app = create_app(make_settings(tmp_path, broker_url=broker_url))
+    app = create_app(make_config(tmp_path, broker_url=broker_url))
     try:
         assert type(app.state.launcher) is expected
         assert app.state.submitter.launcher is app.state.launcher

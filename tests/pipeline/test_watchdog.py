@@ -14,10 +14,10 @@ from contract.requests import EvalOptions
 from contract.results import EvalResult
 from contract.statuses import EvalStatus
 from pipeline.fakes import WAIT_S, FakePrepared, add_job
-from tests.service.helpers import make_settings, poll_until, start_server
+from tests.service.helpers import make_config, poll_until, start_server
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.reference.reference_cache import CachedReference, ProblemKey, ReferenceCache, new_seeds
 from worker.engine.sandbox_pool import SandboxPool
-from worker.engine.settings import EngineSettings
 from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.pipeline import JobPipeline, LaneHealth, PipelineConfig
 from worker.jobs.store import JobStore
@@ -356,9 +356,8 @@ def test_ready_and_metrics_show_a_stalled_lane(monkeypatch, tmp_path):
     engine = StallingEngine(wake_on_reset=True)
     engine.reset_gate.clear()  # the restart waits here: the lane stays stalled for the test to see
     monkeypatch.setattr(pipeline_module, "real_engine", engine.calls)
-    monkeypatch.setenv("KERNELJUDGE_WATCHDOG_STALL_S", str(STALL_S))
     data_dir = tmp_path / "data"
-    live = start_server(make_settings(data_dir, local_workers=1))
+    live = start_server(make_config(data_dir, local_workers=1, stall_s=STALL_S))
     store = JobStore(f"sqlite:///{(data_dir / 'kerneljudge.db').resolve()}")
     try:
         with live.client() as client:

@@ -10,9 +10,9 @@ import pytest
 from contract.requests import EvalOptions, EvalRequest, PolicyConfig
 from contract.results import EvalResult
 from problem_library.catalog import LibraryProblem
-from tests.service.helpers import make_settings, start_server
+from tests.service.helpers import make_config, start_server
 from worker.engine import evaluate
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def evaluate_on_cpu(tmp_path):
     """Evaluate a candidate kind of a problem at its CPU sizes, with its profile and tolerance."""
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is required for the engine tests: apt-get install bubblewrap")
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.configured()
     settings.work_root = tmp_path / "work"
     settings.build_cache = tmp_path / "cache"
     settings.cpu_threads = 1
@@ -38,6 +38,6 @@ def evaluate_on_cpu(tmp_path):
 @pytest.fixture
 def live_server(tmp_path):
     """The real app on a free port, with no workers and a batch limit of 4 items."""
-    server = start_server(make_settings(tmp_path / "data", local_workers=0, max_batch_items=4))
+    server = start_server(make_config(tmp_path / "data", local_workers=0, max_batch_items=4))
     yield server
     server.stop()

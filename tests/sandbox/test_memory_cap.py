@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.venvs import remove, system_venv
+from worker.config.sandbox_section import parse_memory_size
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.sandbox import (
     IsolationConfig,
     ResourceLimits,
@@ -38,7 +40,6 @@ from worker.engine.sandbox.identity import (
     memory_limit_files,
 )
 from worker.engine.sandbox.spec import MIB, SANDBOX_MEMORY_BYTES
-from worker.engine.settings import EngineSettings, parse_memory_size
 
 REPO = Path(__file__).resolve().parents[2]
 CAP = 256 * MIB  # small enough to hit fast, large enough for an interpreter
@@ -205,7 +206,7 @@ def test_the_setting_takes_sizes_and_refuses_a_typo(monkeypatch):
             parse_memory_size("V", bad)
     assert EngineSettings().sandbox_memory_bytes == SANDBOX_MEMORY_BYTES
     monkeypatch.setenv("KERNELJUDGE_SANDBOX_MEMORY", "24G")
-    assert EngineSettings.from_env().sandbox_memory_bytes == 24 * 1024**3
+    assert EngineSettings.configured().sandbox_memory_bytes == 24 * 1024**3
 
 
 # -- the kernel holds the cap, the identity alone ------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.helpers import LiveServer, make_settings, start_server
+from service.helpers import LiveServer, make_config, start_server
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
     def _serve(**overrides) -> LiveServer:
         overrides.setdefault("data_dir", tmp_path / "data")
         data_dir = overrides.pop("data_dir")
-        live = start_server(make_settings(data_dir, **overrides))
+        live = start_server(make_config(data_dir, **overrides))
         started.append(live)
         return live
 

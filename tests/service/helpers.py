@@ -6,14 +6,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import uvicorn
 
 from app.main import create_app
-from app.settings import Settings, parse_keys
+from worker.config.api_keys import parse_keys
+from worker.config.api_section import ApiSection
+from worker.config.jobs_section import CallbackConfig, JobsSection
+from worker.config.pipeline_section import PipelineSection
+from worker.config.tree import KernelJudgeConfig
 
 USER_KEY = "user-key-1"
 OTHER_KEY = "user-key-2"
@@ -43,8 +47,8 @@ class LiveServer:
         assert not self.thread.is_alive(), "uvicorn did not stop within 30 s"
 
 
-def start_server(settings: Settings) -> LiveServer:
-    app = create_app(settings)
+def start_server(config: KernelJudgeConfig) -> LiveServer:
+    app = create_app(config)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
@@ -58,11 +62,20 @@ def start_server(settings: Settings) -> LiveServer:
     return LiveServer(server, thread, f"http://127.0.0.1:{port}")
 
 
-def make_settings(data_dir: Path, **overrides) -> Settings:
-    base = Settings(api_keys=parse_keys(KEYS), data_dir=data_dir, device="cpu", local_workers=0,
-                    max_wait_s=120.0, reward_wait_s=120.0)
-    return replace(base, **overrides)
-
+def make_config(data_dir: Path, *, callbacks: CallbackConfig | None = None, **overrides) -> KernelJudgeConfig:
+    """A test server's configuration, read from no environment: the test keys, a CPU server; `overrides` are
+    fields of the API, the jobs (data_dir, database_url, broker_url) or the pipeline section (stall_s),
+    `callbacks` the callbacks'."""
+    jobs_fields, pipeline_fields = set(JobsSection.model_fields), set(PipelineSection.model_fields)
+    jobs = {"data_dir": data_dir, **{k: v for k, v in overrides.items() if k in jobs_fields}}
+    if callbacks is not None:
+        jobs.update(callback_secret=callbacks.secret, callback_allow=callbacks.allow)
+    pipeline = {k: v for k, v in overrides.items() if k in pipeline_fields}
+    api = {"api_keys": parse_keys(KEYS), "device": "cpu", "local_workers": 0, "max_wait_s": 120.0,
+           "reward_wait_s": 120.0,
+           **{k: v for k, v in overrides.items() if k not in jobs_fields | pipeline_fields}}
+    return KernelJudgeConfig(api=ApiSection.from_values(**api), jobs=JobsSection.from_values(**jobs),
+                             pipeline=PipelineSection.from_values(**pipeline))
 
 
 def poll_until(read: Callable[[], object], done: Callable[[object], bool], timeout_s: float = 180.0,

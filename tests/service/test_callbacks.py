@@ -13,8 +13,9 @@ import pytest
 
 from service.helpers import USER_KEY
 from service.sources import REFERENCE, TRITON_CANDIDATE
+from worker.config.jobs_section import CallbackConfig
 from worker.jobs.callback_target import CallbackAllowList, check_destination
-from worker.jobs.callbacks import CallbackConfig, CallbackSender
+from worker.jobs.callbacks import CallbackSender
 from worker.jobs.store.records import Job
 
 SECRET = "test-callback-secret"

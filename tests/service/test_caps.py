@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.caps import JobCaps
-from app.settings import parse_keys
 from service.helpers import ADMIN_KEY, KEYS, USER_KEY
 from service.sources import REFERENCE, TRITON_CANDIDATE
+from worker.config.api_keys import parse_keys
+from worker.config.job_caps import JobCaps
 
 DEFAULT = JobCaps()
 
@@ -86,12 +86,13 @@ def test_caps_are_read_once_and_checked_against_the_defaults():
 
 
 def test_settings_read_the_caps_from_the_environment(monkeypatch):
-    from app.settings import Settings, key_hash
+    from worker.config.api_keys import key_hash
+    from worker.config.tree import load_config
 
     monkeypatch.setenv("KERNELJUDGE_API_KEYS", "plain,boss:admin,special trials=40")
     monkeypatch.setenv("KERNELJUDGE_JOB_CAPS", "run_s=200")
     monkeypatch.setenv("KERNELJUDGE_ADMIN_JOB_CAPS", "run_s=1800")
-    keys = Settings.from_env().api_keys
+    keys = load_config().api.api_keys
     assert keys[key_hash("plain")].caps.run_s == 200
     assert keys[key_hash("special")].caps == JobCaps(run_s=200, trials=40)
     assert keys[key_hash("boss")].caps.run_s == 1800 and keys[key_hash("boss")].caps.trials == 100

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from service.helpers import LiveServer, make_settings, poll_until, start_server
+from service.helpers import LiveServer, make_config, poll_until, start_server
 from service.sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE
 
 pytestmark = pytest.mark.redis
@@ -36,7 +36,7 @@ def cluster(tmp_path):
          "--loglevel", "WARNING"],
         cwd=REPO_ROOT, env=env, start_new_session=True,
     )
-    api = start_server(make_settings(tmp_path, database_url=database_url, broker_url=REDIS_URL))
+    api = start_server(make_config(tmp_path, database_url=database_url, broker_url=REDIS_URL))
     try:
         with api.client(key=None) as client:
             poll_until(lambda: client.get("/v1/ready").status_code, lambda code: code == 200, timeout_s=60,

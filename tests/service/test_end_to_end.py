@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 
-from service.helpers import USER_KEY, make_settings, poll_until, start_server
+from service.helpers import USER_KEY, make_config, poll_until, start_server
 from service.sources import (
     COMPLETION,
     FAST_OPTIONS,
@@ -18,8 +18,9 @@ from service.sources import (
     TRITON_CANDIDATE,
     WRONG_CANDIDATE,
 )
+from worker.config.jobs_section import CallbackConfig
 from worker.jobs.callback_target import CallbackAllowList
-from worker.jobs.callbacks import SIGNATURE_HEADER, TIMESTAMP_HEADER, CallbackConfig, sign
+from worker.jobs.callbacks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 SECRET = "test-callback-secret"
 
@@ -91,15 +92,13 @@ def test_get_reward_evaluates_completions(working_server):
 
 
 def test_queued_job_runs_after_restart(tmp_path):
-    settings = make_settings(tmp_path, local_workers=0)
-    live = start_server(settings)
+    live = start_server(make_config(tmp_path, local_workers=0))
     with live.client() as client:
         job_id = client.post("/v1/evaluations", json={
             "reference": REFERENCE, "candidate": TRITON_CANDIDATE, "options": FAST_OPTIONS}).json()["id"]
     live.stop()
 
-    settings.local_workers = 1
-    live = start_server(settings)
+    live = start_server(make_config(tmp_path, local_workers=1))
     try:
         with live.client() as client:
             finished = client.get(f"/v1/evaluations/{job_id}", params={"wait": 170}).json()

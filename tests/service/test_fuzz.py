@@ -17,7 +17,7 @@ import httpx  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from service.helpers import USER_KEY, make_settings, start_server  # noqa: E402
+from service.helpers import USER_KEY, make_config, start_server  # noqa: E402
 
 MAX_EXAMPLES = 30  # per operation: bounded so the suite stays fast
 
@@ -25,7 +25,7 @@ MAX_EXAMPLES = 30  # per operation: bounded so the suite stays fast
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory):
     # No workers (nothing is evaluated); waits capped short so generated ?wait= values cannot stall.
-    live = start_server(make_settings(tmp_path_factory.mktemp("fuzz"), local_workers=0, max_wait_s=0.2,
+    live = start_server(make_config(tmp_path_factory.mktemp("fuzz"), local_workers=0, max_wait_s=0.2,
                                       reward_wait_s=0.2, rate_limit_per_s=0))
     yield live
     live.stop()

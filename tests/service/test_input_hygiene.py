@@ -13,11 +13,11 @@ from pydantic import ValidationError
 
 from app.body_checks import MAX_DEPTH, nesting_depth
 from app.dashboard_stats import JobStats
-from app.settings import key_id_for
 from contract.requests import EvalOptions
-from service.helpers import ADMIN_KEY, USER_KEY, make_settings, start_server
+from service.helpers import ADMIN_KEY, USER_KEY, make_config, start_server
 from service.sources import REFERENCE, TRITON_CANDIDATE
-from worker.jobs.store import JobStore, NewJob
+from worker.config.api_keys import key_id_for
+from worker.jobs.store import JobStore, NewJob, store_url
 from worker.jobs.store.json_text import to_json_text
 from worker.jobs.store.schema import JobRow, StoreMetaRow
 
@@ -259,12 +259,12 @@ def _dashboard_answers(live, planted: list[str]) -> None:
 
 def test_the_dashboard_answers_on_rows_an_older_version_stored(tmp_path):
     data_dir = tmp_path / "data"
-    settings = make_settings(data_dir)
-    store = JobStore(settings.resolved_database_url())
+    config = make_config(data_dir)
+    store = JobStore(store_url(config.jobs))
     planted = _plant(store, key_id_for(USER_KEY))
     _forget_the_repair(store)  # the database an older version left has no record of it
     store.close()
-    live = start_server(settings)  # opening the store repairs what it can, once
+    live = start_server(config)  # opening the store repairs what it can, once
     try:
         _dashboard_answers(live, planted)
         stored = live.server.config.app.state.store.get(planted[0]).result

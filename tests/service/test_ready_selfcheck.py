@@ -9,13 +9,13 @@ import uvicorn
 
 from app import serve_cli
 from contract.statuses import Device
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.startup_check import StartupCheck, StartupCheckRun
 
 
 def test_ready_is_false_until_the_startup_check_passes_and_names_its_failure(working_server):
     app = working_server.server.config.app
-    check = StartupCheckRun(EngineSettings.from_env(), Device.cpu)  # not started: still running
+    check = StartupCheckRun(EngineSettings.configured(), Device.cpu)  # not started: still running
     app.state.startup_check = check
     with working_server.client(key=None) as client:
         running = client.get("/v1/ready")

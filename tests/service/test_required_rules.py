@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.settings import Settings, parse_keys, parse_rules
 from service.helpers import ADMIN_KEY, KEYS, OTHER_KEY, USER_KEY
 from service.sources import REFERENCE, TRITON_CANDIDATE
+from worker.config.api_keys import parse_keys, parse_rules
+from worker.config.tree import load_config
 
 
 def _submit(client, disabled: list[str]):
@@ -67,7 +68,7 @@ def test_rule_lists_are_read_once_and_a_typo_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="required rules of key"):
         parse_keys("k1 required_rules=KJ-R1")
     monkeypatch.setenv("KERNELJUDGE_REQUIRED_RULES", "KJ-R01,KJ-R20")
-    assert Settings.from_env().required_rules == {"KJ-R01", "KJ-R20"}
+    assert load_config().api.required_rules == {"KJ-R01", "KJ-R20"}
     monkeypatch.setenv("KERNELJUDGE_REQUIRED_RULES", "KJ-R1")
     with pytest.raises(ValueError, match="KERNELJUDGE_REQUIRED_RULES"):
-        Settings.from_env()
+        load_config()

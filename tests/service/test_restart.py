@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from service.helpers import USER_KEY, make_settings, start_server
+from service.helpers import USER_KEY, make_config, start_server
 from service.sources import FAST_OPTIONS, REFERENCE, TRITON_CANDIDATE
 from worker.jobs.launchers.embedded_launcher import embedded_prefix
 from worker.jobs.store import JobStore
@@ -26,14 +26,14 @@ def database_url(request, tmp_path):
 
 
 def test_jobs_survive_api_restart(tmp_path, database_url):
-    settings = make_settings(tmp_path, database_url=database_url, local_workers=0)
+    config = make_config(tmp_path, database_url=database_url, local_workers=0)
     key = f"restart-{uuid.uuid4().hex}"  # unique: the PostgreSQL database outlives test runs
-    first = start_server(settings)
+    first = start_server(config)
     with first.client() as client:
         job = client.post("/v1/evaluations", json=BODY, headers={"Idempotency-Key": key}).json()
     first.stop()
 
-    second = start_server(settings)
+    second = start_server(config)
     try:
         with second.client() as client:
             read = client.get(f"/v1/evaluations/{job['id']}")
@@ -45,8 +45,8 @@ def test_jobs_survive_api_restart(tmp_path, database_url):
 
 
 def test_in_flight_jobs_of_a_dead_server_are_requeued_then_failed(tmp_path, database_url):
-    settings = make_settings(tmp_path, database_url=database_url, local_workers=0)
-    live = start_server(settings)
+    config = make_config(tmp_path, database_url=database_url, local_workers=0)
+    live = start_server(config)
     with live.client() as client:
         job_id = client.post("/v1/evaluations", json=BODY).json()["id"]
     live.stop()
@@ -56,7 +56,7 @@ def test_in_flight_jobs_of_a_dead_server_are_requeued_then_failed(tmp_path, data
     claimed = store.claim(job_id, embedded_prefix() + "cpu0", None)[0]
     assert claimed.status == "building" and claimed.attempts == 1
 
-    live = start_server(settings)
+    live = start_server(config)
     with live.client(USER_KEY) as client:
         requeued = client.get(f"/v1/evaluations/{job_id}").json()
         assert requeued["status"] == "queued" and "requeued" in requeued["error"]
@@ -64,7 +64,7 @@ def test_in_flight_jobs_of_a_dead_server_are_requeued_then_failed(tmp_path, data
 
     # It dies again on its retry: the next start fails it with the reason instead of looping.
     store.claim(job_id, embedded_prefix() + "cpu0", None)
-    live = start_server(settings)
+    live = start_server(config)
     try:
         with live.client(USER_KEY) as client:
             failed = client.get(f"/v1/evaluations/{job_id}").json()
@@ -78,8 +78,8 @@ def test_in_flight_jobs_of_a_dead_server_are_requeued_then_failed(tmp_path, data
 def test_a_job_in_any_pipeline_stage_is_requeued_after_a_crash(tmp_path, stage):
     """A job claimed, prepared and waiting for its GPU, or running when the process died is not lost."""
     database_url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    settings = make_settings(tmp_path, database_url=database_url, local_workers=0)
-    live = start_server(settings)
+    config = make_config(tmp_path, database_url=database_url, local_workers=0)
+    live = start_server(config)
     with live.client() as client:
         job_id = client.post("/v1/evaluations", json=BODY).json()["id"]
     live.stop()
@@ -92,7 +92,7 @@ def test_a_job_in_any_pipeline_stage_is_requeued_after_a_crash(tmp_path, stage):
         assert store.mark_running(job_id, claimed.attempts)
     assert store.get(job_id).status == ("running" if stage == "running" else "building")
 
-    live = start_server(settings)
+    live = start_server(config)
     try:
         with live.client() as client:
             requeued = client.get(f"/v1/evaluations/{job_id}").json()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import sqlite3
 import uuid
 
-from app.settings import key_id_for
 from service.helpers import ADMIN_KEY, OTHER_KEY, USER_KEY
 from service.sources import REFERENCE, TRITON_CANDIDATE
+from worker.config.api_keys import key_id_for
 from worker.jobs.engine_call import WorkerIdentity, build_request
 from worker.jobs.store import JobStore, NewJob, problem_id_for
 

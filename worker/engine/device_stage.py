@@ -50,6 +50,7 @@ from sandbox_side.runtime.messages import (
 from worker.engine.build import builder as build
 from worker.engine.build import triton_cache
 from worker.engine.cpu_plan import timing_cores
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
 from worker.engine.policy.registry import is_disabled
 from worker.engine.prepared_job import PreparedJob, StageCallback, notify
@@ -57,7 +58,6 @@ from worker.engine.reference import judge_start
 from worker.engine.reference.judge import Comparison, JudgeStartFailure, TimedCheck
 from worker.engine.reference.reference_cache import CachedReference, cache_for
 from worker.engine.sandbox_pool import PoolEmpty, WarmRunner, pool_for
-from worker.engine.settings import EngineSettings
 from worker.engine.stage import Stage
 from worker.engine.timing import baselines, clock_check, compile_baseline
 from worker.engine.timing.baselines import (

@@ -119,9 +119,10 @@ def run(args: argparse.Namespace) -> int:
     )
     request = EvalRequest(reference=_read(args.reference), candidate=_read(args.candidate), options=options)
     progress = None if args.json else (lambda stage: print(f"... {stage}", file=sys.stderr, flush=True))
-    from worker.engine.settings import EngineSettings
+    from worker.config.tree import load_config
+    from worker.engine.engine_settings import EngineSettings
 
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.from_config(load_config())
     # One evaluation and exit: a warm runner started for a next job would only be thrown away.
     settings.warm_sandboxes = 0
     result = evaluate(request, settings=settings, on_stage=progress)

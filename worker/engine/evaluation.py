@@ -22,11 +22,11 @@ from worker.engine import validate
 from worker.engine.build import builder as build
 from worker.engine.build import triton_cache
 from worker.engine.device_stage import DeviceStage
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
 from worker.engine.prepared_job import PreparedJob, StageCallback
 from worker.engine.prepared_job import notify as _notify
 from worker.engine.sandbox import SandboxUnavailable
-from worker.engine.settings import EngineSettings
 from worker.engine.stage import Stage
 from worker.engine.verdict.result_builder import ResultBuilder
 
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def evaluate(request: EvalRequest, *, settings: EngineSettings | None = None,
              on_stage: StageCallback | None = None) -> EvalResult:
-    settings = settings or EngineSettings.from_env()
+    settings = settings or EngineSettings.configured()
     prepared = prepare(request, settings=settings, on_stage=on_stage)
     if isinstance(prepared, EvalResult):
         return prepared
@@ -51,7 +51,7 @@ def _torch_version() -> str:
 def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
             on_stage: StageCallback | None = None) -> PreparedJob | EvalResult:
     """Validate both sources, apply the static policy and build the candidate (no GPU)."""
-    settings = settings or EngineSettings.from_env()
+    settings = settings or EngineSettings.configured()
     options = request.options
     builder = ResultBuilder(options)
     builder.environment = EnvironmentInfo(device=options.device, sandbox=options.sandbox,
@@ -112,7 +112,7 @@ def prepare(request: EvalRequest, *, settings: EngineSettings | None = None,
 def execute(prepared: PreparedJob, *, settings: EngineSettings | None = None,
             on_stage: StageCallback | None = None) -> EvalResult:
     """Run reference and candidate on the device, compare, time, verify and score."""
-    settings = settings or EngineSettings.from_env()
+    settings = settings or EngineSettings.configured()
     try:
         return DeviceStage(prepared, settings, on_stage).run()
     except SandboxUnavailable as exc:

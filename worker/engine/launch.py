@@ -15,6 +15,7 @@ from contract.statuses import SandboxKind
 from sandbox_side.runtime.failure_kind import FailureKind
 from sandbox_side.runtime.harness_output import USER_OUTPUT_MARK
 from sandbox_side.runtime.messages import Command, ErrorReply, Load, Loaded, MessageError, Ready, Reply
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.gpu_arch import visible_devices_value
 from worker.engine.sandbox import (
     Mount,
@@ -27,7 +28,6 @@ from worker.engine.sandbox import (
 )
 from worker.engine.sandbox.bwrap import gpu_device_nodes
 from worker.engine.sandbox.process import PAYLOAD_KEY, MarkedLog
-from worker.engine.settings import EngineSettings
 
 # What a sandbox imports of ours: the sandbox side (runtime, judging, timer, builder) and the contract its
 # judge's reports are made of, each mounted read-only under SANDBOX_LIB. Nothing of the supervisor's is

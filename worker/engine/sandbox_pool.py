@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.statuses import Device, SandboxKind
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from worker.engine.sandbox import IsolationConfig, ResourceLimits, SandboxUnavailable
-from worker.engine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 

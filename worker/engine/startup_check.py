@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from contract.requests import EvalOptions, EvalRequest
 from contract.statuses import Backend, Device, EvalStatus
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.sandbox.python_roots import describe_unreachable, module_location, unreachable_modules
-from worker.engine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 

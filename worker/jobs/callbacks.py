@@ -2,7 +2,8 @@
 
 Headers: `X-KernelJudge-Timestamp: <unix seconds>` and
 `X-KernelJudge-Signature: sha256=<hex HMAC of "<timestamp>.<raw body>">` keyed by
-KERNELJUDGE_CALLBACK_SECRET. Receivers recompute the HMAC over the raw body and compare.
+KERNELJUDGE_CALLBACK_SECRET (CallbackConfig, from the configuration's jobs section). Receivers recompute
+the HMAC over the raw body and compare.
 
 Callbacks need a secret: without one nothing is sent (and the API refuses `callback_url`). Each
 attempt checks the destination again after resolving it and connects to the address it checked
@@ -14,16 +15,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from worker.config.jobs_section import CallbackConfig
 from worker.jobs.callback_target import (
-    CallbackAllowList,
     CallbackRefused,
     Resolver,
     check_destination,
@@ -38,24 +37,6 @@ SIGNATURE_HEADER = "X-KernelJudge-Signature"
 TIMESTAMP_HEADER = "X-KernelJudge-Timestamp"
 DEFAULT_ATTEMPTS = 4
 DEFAULT_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class CallbackConfig:
-    """KERNELJUDGE_CALLBACK_SECRET (empty: callbacks are refused) and KERNELJUDGE_CALLBACK_ALLOW
-    (non-public hosts and networks callbacks may still reach; see callback_target.py)."""
-
-    secret: str = ""
-    allow: CallbackAllowList = field(default_factory=CallbackAllowList)
-
-    @classmethod
-    def from_env(cls) -> CallbackConfig:
-        return cls(secret=os.environ.get("KERNELJUDGE_CALLBACK_SECRET", ""),
-                   allow=CallbackAllowList.parse(os.environ.get("KERNELJUDGE_CALLBACK_ALLOW", "")))
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.secret)
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -122,9 +103,8 @@ class CallbackSender:
     20 s of retries) must not hold the worker, and with it a GPU. Best effort: the job itself
     is already stored and can be polled; a delivery still in flight when the process exits is lost."""
 
-    def __init__(self, config: CallbackConfig | None = None, threads: int = 4,
-                 resolve: Resolver = system_resolver) -> None:
-        self.config = config if config is not None else CallbackConfig.from_env()
+    def __init__(self, config: CallbackConfig, threads: int = 4, resolve: Resolver = system_resolver) -> None:
+        self.config = config
         self._resolve = resolve
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="callback")
 

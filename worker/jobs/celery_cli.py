@@ -24,9 +24,9 @@ RESTART_DELAY_S = 2.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--broker", default=os.environ.get("KERNELJUDGE_BROKER_URL"),
+    parser.add_argument("--broker", default=None,
                         help="Redis URL, e.g. redis://10.0.0.5:6379/0 (env KERNELJUDGE_BROKER_URL)")
-    parser.add_argument("--database-url", default=os.environ.get("KERNELJUDGE_DATABASE_URL"),
+    parser.add_argument("--database-url", default=None,
                         help="job store shared with the API, e.g. postgresql://user@host/kerneljudge "
                              "(env KERNELJUDGE_DATABASE_URL; default: SQLite in KERNELJUDGE_DATA_DIR)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
@@ -52,16 +52,28 @@ def plan_workers(device: str, gpus_arg: str | None) -> list[tuple[str, dict[str,
 
 
 def run(args: argparse.Namespace) -> int:
+    from worker.config.tree import load_config
+    from worker.jobs.store import store_url
+
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if not args.broker:
+    try:
+        config = load_config()
+    except (OSError, ValueError) as exc:
+        print(f"kerneljudge worker: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    broker = args.broker or config.jobs.broker_url
+    database_url = args.database_url or config.jobs.database_url
+    if not broker:
         print("kerneljudge worker: give --broker redis://HOST:PORT/DB (or set KERNELJUDGE_BROKER_URL)",
               file=sys.stderr)
         return 2
-    base_env = dict(os.environ, KERNELJUDGE_BROKER_URL=args.broker)
-    if args.database_url:
-        base_env["KERNELJUDGE_DATABASE_URL"] = args.database_url
+    # Each worker process loads its own configuration from this environment, with the flags in it.
+    base_env = dict(os.environ, KERNELJUDGE_BROKER_URL=broker)
+    if database_url:
+        base_env["KERNELJUDGE_DATABASE_URL"] = database_url
     plan = plan_workers(args.device, args.gpus)
-    resender = JobResender(args.broker, args.database_url)
+    jobs = config.jobs.model_copy(update={"database_url": database_url})
+    resender = JobResender(broker, store_url(jobs), jobs.job_time_limit_s)
     resender.recover_host()  # jobs of worker processes a previous supervisor on this host left
     children: dict[str, subprocess.Popen] = {}
     stopping = False
@@ -103,12 +115,12 @@ def run(args: argparse.Namespace) -> int:
 class JobResender:
     """Requeue the jobs of stopped worker processes of this host and send them to the broker again."""
 
-    def __init__(self, broker_url: str, database_url: str | None):
+    def __init__(self, broker_url: str, database_url: str, job_time_limit_s: float):
         from worker.jobs.distributed.celery_app import make_celery
         from worker.jobs.store import JobStore
 
         self.store = JobStore(database_url)
-        self.celery = make_celery(broker_url)
+        self.celery = make_celery(broker_url, job_time_limit_s)
         self.prefix = f"celery@{socket.gethostname()}:"
 
     def recover_host(self) -> None:

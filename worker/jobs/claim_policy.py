@@ -28,9 +28,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from worker.config.pipeline_section import DEFAULT_BURST
 from worker.jobs.store.queue import ClaimChoice, QueueGroup
-
-DEFAULT_BURST = 16
 
 
 @dataclass

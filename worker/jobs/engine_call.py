@@ -23,6 +23,7 @@ from worker.jobs.store.jobs import JobStore
 from worker.jobs.store.records import Job, Problem
 
 if TYPE_CHECKING:
+    from worker.config.tree import KernelJudgeConfig
     from worker.engine.gpu_schedule import DeviceLease, GpuSchedule
 
 log = logging.getLogger(__name__)
@@ -101,17 +102,18 @@ def kill_sandboxes_held_by(settings, threads) -> int:
     return cache_for(settings).kill_held_by(threads) + kill_runners_held_by(threads)
 
 
-def engine_settings_for(identity: WorkerIdentity, schedule: GpuSchedule | None = None):
-    """Engine settings for one device of this worker: the environment's, pinned to its GPU.
+def engine_settings_for(identity: WorkerIdentity, schedule: GpuSchedule | None = None, *,
+                        config: KernelJudgeConfig):
+    """Engine settings for one device of this worker: the process's configuration, pinned to its GPU.
 
     Built once per device lane and reused for all its jobs, so values the settings cache lazily
     (e.g. the CUDA arch read from nvidia-smi) survive between jobs. Embedded workers are threads
     of one process, so the GPU is chosen through `gpu_index` (the engine sets
     CUDA_VISIBLE_DEVICES for the sandboxes it starts).
     """
-    from worker.engine.settings import EngineSettings
+    from worker.engine.engine_settings import EngineSettings
 
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.from_config(config)
     if identity.gpu is not None and identity.gpu.isdigit():
         settings.gpu_index = int(identity.gpu)
     settings.gpu_schedule = schedule

@@ -27,7 +27,6 @@ import functools
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -35,10 +34,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from worker.config.pipeline_section import DEFAULT_BURST, DEFAULT_DEVICE_CONCURRENCY, DEFAULT_STALL_S
+from worker.config.tree import KernelJudgeConfig, load_config
 from worker.engine.build.pool import build_slots
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.gpu_monitor import memory_share_of
 from worker.engine.gpu_schedule import GpuSchedule
-from worker.jobs.claim_policy import DEFAULT_BURST, ClaimPolicy
+from worker.jobs.claim_policy import ClaimPolicy
 from worker.jobs.engine_call import (
     EngineCalls,
     ReadyJob,
@@ -55,13 +57,7 @@ from worker.jobs.watchdog import LaneWatchdog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEVICE_CONCURRENCY = 2
 RELEASED_ON_STOP = "returned to the queue: its worker stopped before the job reached the device"
-# A lane with jobs and no stage transition for this long is stalled (worker/jobs/watchdog.py). Above
-# any single stage a job may legitimately take with the default caps: a build (600 s), the judge's
-# start (300 s) plus the reference's run (300 s), the torch.compile baseline (600 s); a deployment that
-# lets keys ask for longer stages (admin caps go to 3600 s) raises it.
-DEFAULT_STALL_S = 1800.0
 STALLED = "its device lane made no progress and was restarted (KERNELJUDGE_WATCHDOG_STALL_S)"
 RESTART_LOCK_S = 30.0  # a restart waits this long for the lane's lock (held only for moments when healthy)
 
@@ -69,16 +65,6 @@ RESTART_LOCK_S = 30.0  # a restart waits this long for the lane's lock (held onl
 class LaneRestarted(Exception):
     """The future of a job whose lane was restarted (watchdog): the job went back to the queue (or, after
     its retry, was failed); a caller that holds a claim token for it (the Celery task) claims again."""
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return max(1, int(value)) if value not in (None, "") else default
-
-
-def _env_seconds(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return max(0.0, float(value)) if value not in (None, "") else default
 
 
 @dataclass(frozen=True)
@@ -107,21 +93,21 @@ class PipelineConfig:
         return self.device_concurrency + min(self.prepare_ahead, 2) if device == "cuda" else 1
 
     @classmethod
-    def from_env(cls) -> PipelineConfig:
-        """KERNELJUDGE_DEVICE_CONCURRENCY, KERNELJUDGE_PREPARE_AHEAD, KERNELJUDGE_PREPARE_THREADS,
-        KERNELJUDGE_CLAIM_BURST, KERNELJUDGE_WATCHDOG_STALL_S.
+    def from_config(cls, config: KernelJudgeConfig) -> PipelineConfig:
+        """The configuration's pipeline section, with what it leaves unset sized to the build slots.
 
         By default a device runs 2 jobs' correctness stages at once, and enough jobs are prepared
         ahead to keep every build slot of the node busy for it. Prepare threads outnumber build
         slots so that a Triton candidate's prepare (milliseconds) never waits behind CUDA builds.
         """
-        concurrency = _env_int("KERNELJUDGE_DEVICE_CONCURRENCY", DEFAULT_DEVICE_CONCURRENCY)
-        slots = build_slots()
+        section = config.pipeline
+        slots = build_slots(EngineSettings.from_config(config))
+        concurrency = section.device_concurrency
+        ahead, threads = section.prepare_ahead, section.prepare_threads
         return cls(device_concurrency=concurrency,
-                   prepare_ahead=_env_int("KERNELJUDGE_PREPARE_AHEAD", max(concurrency, slots)),
-                   prepare_threads=_env_int("KERNELJUDGE_PREPARE_THREADS", slots + 2),
-                   claim_burst=_env_int("KERNELJUDGE_CLAIM_BURST", DEFAULT_BURST),
-                   stall_s=_env_seconds("KERNELJUDGE_WATCHDOG_STALL_S", DEFAULT_STALL_S))
+                   prepare_ahead=ahead if ahead is not None else max(concurrency, slots),
+                   prepare_threads=threads if threads is not None else slots + 2,
+                   claim_burst=section.claim_burst, stall_s=section.stall_s)
 
 
 @dataclass(frozen=True)
@@ -533,12 +519,16 @@ class JobPipeline:
 
     def __init__(self, store: JobStore, identities: list[WorkerIdentity], config: PipelineConfig | None = None,
                  *, engine: EngineCalls | None = None, on_finished: Callable[[Job], object] | None = None,
-                 settings_factory: Callable = engine_settings_for):
+                 settings_factory: Callable | None = None, process_config: KernelJudgeConfig | None = None):
+        """`process_config`: the configuration its process loaded (default: load_config()); the pipeline's
+        own (`config`) and each lane's engine settings are made from it unless given."""
         self.store = store
-        self.config = config or PipelineConfig.from_env()
+        self.process_config = process_config if process_config is not None else load_config()
+        self.config = config or PipelineConfig.from_config(self.process_config)
         self.engine = engine or real_engine()
         self.on_finished = on_finished
-        self.settings_factory = settings_factory
+        self.settings_factory = settings_factory or functools.partial(engine_settings_for,
+                                                                      config=self.process_config)
         self.stopping = False
         self.prepare_pool = ThreadPoolExecutor(self.config.prepare_threads, thread_name_prefix="kj-prepare")
         self._pool_lock = threading.Lock()

@@ -55,16 +55,17 @@ def run(args: argparse.Namespace) -> int:
     start_spawner()  # before torch or any thread: the build sandboxes start through it
     import torch
 
+    from worker.config.tree import load_config
     from worker.engine.build.builder import BuildFailure, build_cuda_candidate, cache_key
+    from worker.engine.engine_settings import EngineSettings
     from worker.engine.launch import UserFailure
     from worker.engine.sandbox import SandboxUnavailable
-    from worker.engine.settings import EngineSettings
 
     try:
         candidate = args.candidate.read_text()
     except OSError as exc:
         raise SystemExit(f"kerneljudge build: cannot read {args.candidate}: {exc.strerror}") from None
-    settings = EngineSettings.from_env()
+    settings = EngineSettings.from_config(load_config())
     if args.arch:
         settings.cuda_arch_list = args.arch
     build_path = "full" if args.full else "auto"

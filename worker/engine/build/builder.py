@@ -36,6 +36,7 @@ from sandbox_side.build.torch_support import support_env
 from sandbox_side.runtime.failure_kind import FailureKind
 from sandbox_side.runtime.messages import Built, MessageError
 from worker.engine.build import pool
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import (
     SANDBOX_LIB,
     SANDBOX_SIDE_DIR,
@@ -55,10 +56,8 @@ from worker.engine.sandbox import (
     SandboxUnavailable,
 )
 from worker.engine.sandbox.bwrap import SYSTEM_DIRS
-from worker.engine.settings import EngineSettings
 
 BUILT_MARKER = "BUILT"
-BUILD_PATHS = ("auto", "full")
 # Target for builds on a machine without a GPU and without KERNELJUDGE_CUDA_ARCH (dev and CI checks).
 ARCH_WITHOUT_GPU = "9.0"
 RECORD_FILE = "kj_build.json"
@@ -106,14 +105,6 @@ def build_key(candidate: str, torch_version: str, arch: str | None) -> str:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:32]
-
-
-def default_build_path() -> str:
-    """auto (fast, falling back to full) unless KERNELJUDGE_BUILD_PATH=full switches the fast path off."""
-    value = os.environ.get("KERNELJUDGE_BUILD_PATH", "auto")
-    if value not in BUILD_PATHS:
-        raise ValueError(f"KERNELJUDGE_BUILD_PATH must be one of {', '.join(BUILD_PATHS)}, not {value!r}")
-    return value
 
 
 def cache_key(candidate: str, torch_version: str, settings: EngineSettings, build_path: str = "auto",
@@ -251,7 +242,7 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, *, settings: EngineSetti
     toolchain = find_toolchain()
     config = RunnerConfig(role="candidate", mode="build", device="cuda", paths=RunnerPaths(source=source_file),
                           sandbox=sandbox)
-    limits = ResourceLimits(cpu_s=int(limit_s * 4) + 30, address_space_bytes=pool.memory_cap_bytes(),
+    limits = ResourceLimits(cpu_s=int(limit_s * 4) + 30, address_space_bytes=settings.build_memory_bytes,
                             memory_bytes=settings.sandbox_memory_bytes)
     spec = runner_spec(config, settings, limits)
     # Builds use the cores the device lanes do not reserve, below everything else (timing isolation).
@@ -326,7 +317,7 @@ def build_cuda_candidate(
     A BuildFailure (the builder's report of the candidate's own error) reaches every job that waited
     for that build. Other failures (time limit, a crash, the sandbox) may be the host's, not the
     source's: the waiters then build again themselves, one at a time. Failures are not cached."""
-    build_path = build_path or default_build_path()
+    build_path = build_path or settings.build_path  # KERNELJUDGE_BUILD_PATH=full: no fast path
     key = cache_key(candidate, torch_version, settings, build_path, sandbox)
     settings.build_cache.mkdir(parents=True, exist_ok=True)
     try:
@@ -375,7 +366,7 @@ def _build_once(source_file: Path, key: str, *, settings: EngineSettings, limit_
         ext_dir.mkdir(parents=True)
         started = time.monotonic()
         try:
-            with pool.build_slot():
+            with pool.build_slot(settings):
                 started = time.monotonic()
                 reply = run_build_sandbox(source_file, ext_dir, settings=settings, limit_s=limit_s,
                                           sandbox=sandbox, torch_version=torch_version, build_path=build_path)

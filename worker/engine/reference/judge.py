@@ -37,10 +37,10 @@ from sandbox_side.runtime.messages import (
     Timing,
     VariantsMade,
 )
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from worker.engine.sandbox import ResourceLimits
 from worker.engine.sandbox.process import DEFAULT_MAX_PAYLOAD_BYTES
-from worker.engine.settings import EngineSettings
 from worker.engine.timing.timing_protocol import TimedBlock
 from worker.engine.verdict import physics
 

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
 from contract.requests import EvalRequest
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
 from worker.engine.memory_budget import measure_judge
 from worker.engine.policy.registry import is_disabled
@@ -34,7 +35,6 @@ from worker.engine.reference.reference_cache import (
     cache_for,
     new_seeds,
 )
-from worker.engine.settings import EngineSettings
 from worker.engine.verdict.verification import SHAPE_RULE
 
 log = logging.getLogger(__name__)

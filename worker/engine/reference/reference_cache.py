@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 
 from contract.requests import EvalOptions
 from contract.statuses import Device, SandboxKind
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.memory_budget import HeldMemory, MemoryBudget
 from worker.engine.reference.judge import JudgeSession
-from worker.engine.settings import EngineSettings
 from worker.engine.timing.baselines import package_version
 
 log = logging.getLogger(__name__)

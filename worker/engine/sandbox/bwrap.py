@@ -27,8 +27,9 @@ ETC_FILES = (
 SANDBOX_UID = 65534
 
 
-def find_bwrap() -> str | None:
-    return os.environ.get("KERNELJUDGE_BWRAP") or shutil.which("bwrap")
+def find_bwrap(configured: str | None = None) -> str | None:
+    """The configured binary (IsolationConfig.bwrap, KERNELJUDGE_BWRAP), else `bwrap` on PATH."""
+    return configured or shutil.which("bwrap")
 
 
 def gpu_device_nodes(gpu_index: int | None) -> list[str]:

@@ -194,7 +194,7 @@ class SandboxProcess:
         started = False
         try:
             if self.use_bwrap:
-                path = bwrap.find_bwrap()
+                path = bwrap.find_bwrap(self.spec.isolation.bwrap)
                 if not path:
                     raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install the Debian package "
                                              "'bubblewrap' or set KERNELJUDGE_BWRAP")

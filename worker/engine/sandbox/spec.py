@@ -52,7 +52,8 @@ class ResourceLimits:
 
 @dataclass(frozen=True)
 class IsolationConfig:
-    """How a root-run supervisor keeps each sandbox's processes countable (see sandbox/identity.py).
+    """How sandboxes are started: the bubblewrap binary, and how a root-run supervisor keeps each sandbox's
+    processes countable (see sandbox/identity.py); made from the configuration's sandbox section.
 
     mode: auto (an unprivileged uid of its own when everything the sandbox mounts is reachable by
     one, else a pids cgroup), uid, or cgroup. A supervisor that is not root always runs sandboxes
@@ -62,6 +63,7 @@ class IsolationConfig:
     uid_first: int = 610000
     uid_count: int = 1024
     lock_dir: Path = Path("/run/kerneljudge/sandbox-uids")
+    bwrap: str | None = None  # the bubblewrap binary; None: `bwrap` on PATH
 
     MODES = ("auto", "uid", "cgroup")
 

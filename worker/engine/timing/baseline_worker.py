@@ -36,10 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.requests import EvalOptions
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
 from worker.engine.reference.judge import JudgeSession
 from worker.engine.reference.reference_cache import new_seeds
-from worker.engine.settings import EngineSettings
 from worker.engine.timing.baselines import (
     COMPILE_BASELINE,
     BaselineKey,

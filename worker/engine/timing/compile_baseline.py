@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from contract.requests import EvalOptions
 from contract.results import TimingReport, TimingStats
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.timing import baselines
 from worker.engine.timing.baseline_worker import BaselineTask, worker_for
 from worker.engine.timing.baselines import COMPILE_BASELINE, BaselineKey, CompileBaselineRecord

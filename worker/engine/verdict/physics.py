@@ -36,7 +36,7 @@ import threading
 from dataclasses import dataclass, field
 
 from contract.results import RuleHit
-from worker.engine.settings import EngineSettings
+from worker.engine.engine_settings import EngineSettings
 from worker.engine.verdict.attribution import Attribution
 
 RULE = "KJ-R06-beyond-roofline"

@@ -16,31 +16,31 @@ Celery's own result backend is unused: results live in the job store.
 
 from __future__ import annotations
 
-import os
-
 from celery import Celery
-
-from worker.jobs.store.jobs import job_time_limit_from_env
 
 TASK_NAME = "kerneljudge.evaluate"
 QUEUE_NAME = "kerneljudge"
+DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 
 
-def time_limits() -> tuple[float, float, float]:
+def time_limits(job_time_limit_s: float) -> tuple[float, float, float]:
     """(soft limit, hard limit, broker visibility timeout) in seconds.
 
-    The hard limit is KERNELJUDGE_JOB_TIME_LIMIT_S; the visibility timeout is longer than it.
+    The hard limit is KERNELJUDGE_JOB_TIME_LIMIT_S (the configuration's jobs section); the visibility
+    timeout is longer than it.
     """
-    hard = job_time_limit_from_env()
+    hard = job_time_limit_s
     soft = max(hard - 60.0, hard * 0.9)
     visibility = hard * 2 + 300.0
     return soft, hard, visibility
 
 
-def make_celery(broker_url: str) -> Celery:
-    soft, hard, visibility = time_limits()
-    app = Celery("kerneljudge", broker=broker_url)
+def make_celery(broker_url: str, job_time_limit_s: float, app: Celery | None = None) -> Celery:
+    """A Celery app for this broker and time limit (`app`, when given, is configured in place)."""
+    soft, hard, visibility = time_limits(job_time_limit_s)
+    app = app if app is not None else Celery("kerneljudge")
     app.conf.update(
+        broker_url=broker_url,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -59,9 +59,6 @@ def make_celery(broker_url: str) -> Celery:
     return app
 
 
-def broker_url_from_env() -> str | None:
-    return os.environ.get("KERNELJUDGE_BROKER_URL") or None
-
-
-# `celery -A worker.jobs.distributed.celery_app worker` and the worker processes use this instance.
-celery_app = make_celery(broker_url_from_env() or "redis://127.0.0.1:6379/0")
+# The worker processes' instance, which the task registers on (tasks.py); worker_main.py configures it
+# with make_celery from the configuration its process loaded.
+celery_app = Celery("kerneljudge")

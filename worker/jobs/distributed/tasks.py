@@ -16,21 +16,28 @@ import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from worker.config.tree import KernelJudgeConfig, load_config
 from worker.jobs.callbacks import CallbackSender
 from worker.jobs.distributed.celery_app import TASK_NAME, celery_app, time_limits
 from worker.jobs.engine_call import WorkerIdentity
 from worker.jobs.pipeline import DeviceLane, JobPipeline, LaneRestarted, PipelineConfig
-from worker.jobs.store import JobStore
-from worker.jobs.store.jobs import job_time_limit_from_env
+from worker.jobs.store import JobStore, store_url
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _lane: DeviceLane | None = None
+_config: KernelJudgeConfig | None = None  # the configuration worker_main loaded (use_config)
 
 
-def worker_identity() -> WorkerIdentity:
-    device = os.environ.get("KERNELJUDGE_WORKER_DEVICE", "cpu")
+def use_config(config: KernelJudgeConfig) -> None:
+    """The configuration this process's lane is made from (worker_main loads it once, before Celery starts)."""
+    global _config
+    _config = config
+
+
+def worker_identity(config: KernelJudgeConfig) -> WorkerIdentity:
+    device = config.pipeline.worker_device  # set by `kerneljudge worker` for each process it starts
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES") if device == "cuda" else None
     # The pid names this process: `kerneljudge worker` requeues its jobs when it dies.
     name = f"celery@{socket.gethostname()}:{os.getpid()}"
@@ -42,9 +49,11 @@ def process_lane() -> DeviceLane:
     global _lane
     with _lock:
         if _lane is None:
-            store = JobStore()
-            pipeline = JobPipeline(store, [worker_identity()], PipelineConfig.from_env(),
-                                   on_finished=CallbackSender().job_finished)
+            config = _config if _config is not None else load_config()
+            store = JobStore(store_url(config.jobs))
+            pipeline = JobPipeline(store, [worker_identity(config)], PipelineConfig.from_config(config),
+                                   on_finished=CallbackSender(config.jobs.callbacks).job_finished,
+                                   process_config=config)
             pipeline.start()
             _lane = pipeline.lanes[0]
         return _lane
@@ -64,7 +73,7 @@ def claim_for_message(lane: DeviceLane, job_id: str):
     store = lane.pipeline.store
     named = store.get(job_id)
     if named is not None and named.status != "queued" and not named.terminal and named.building_at is not None \
-            and time.time() - named.building_at > job_time_limit_from_env():
+            and time.time() - named.building_at > lane.pipeline.process_config.jobs.job_time_limit_s:
         return store.claim(job_id, lane.identity.name, lane.identity.gpu)
     job = lane.claim_next()
     if job is None:
@@ -102,7 +111,7 @@ def _outcome(lane: DeviceLane, started, claimed) -> str:
     """Wait for a claimed job's final record; LaneRestarted when its lane gave it back."""
     store = lane.pipeline.store
     # Celery's time limits need the prefork pool; this thread pool enforces the soft limit here.
-    soft_limit, _, _ = time_limits()
+    soft_limit, _, _ = time_limits(lane.pipeline.process_config.jobs.job_time_limit_s)
     try:
         final = started.result(timeout=soft_limit)
     except FutureTimeout:

@@ -16,21 +16,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-name", required=True)
     parser.add_argument("--loglevel", default="INFO")
     args = parser.parse_args(argv)
+    from worker.config.tree import load_config
     from worker.engine.sandbox.spawner import start_spawner
 
+    # Once for this process, from the environment its parent gave it (broker, store, device, lane).
+    config = load_config()
     start_spawner()  # before any thread: every sandbox of this process starts through it
-    if os.environ.get("KERNELJUDGE_SKIP_SELFCHECK") != "1":
+    from worker.engine.engine_settings import EngineSettings
+
+    pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if not config.sandbox.skip_selfcheck:
         # Fail at start, not on every job: the sandbox must work, and one tiny evaluation must go through
         # the judge and a candidate sandbox (worker/engine/startup_check.py) before this worker consumes.
         from contract.statuses import Device
         from worker.engine.sandbox import SandboxUnavailable
         from worker.engine.sandbox.selfcheck import require_working_sandbox
-        from worker.engine.settings import EngineSettings
         from worker.engine.startup_check import run_startup_check
 
-        pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         gpu = int(pinned) if pinned.isdigit() else None
-        settings = EngineSettings.from_env()
+        settings = EngineSettings.from_config(config)
         require_working_sandbox(use_gpu=gpu is not None, gpu_index=gpu, isolate_network=settings.isolate_network,
                                 isolation=settings.isolation)
         check = run_startup_check(settings, Device.cuda if gpu is not None else Device.cpu)
@@ -38,19 +42,18 @@ def main(argv: list[str] | None = None) -> int:
             raise SandboxUnavailable(f"start-up check failed, this worker does not start: {check.message} "
                                      "(KERNELJUDGE_SKIP_SELFCHECK=1 skips this check)")
     from worker.engine.build.builder import start_pch_warmup
-    from worker.engine.settings import EngineSettings
 
     # The precompiled header now, not on the first job's path (this process's builds wait for it).
-    pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    start_pch_warmup(EngineSettings.from_env(), "cuda" if pinned.strip() not in ("", "-1") else "cpu")
-    # Imported after parsing so that KERNELJUDGE_BROKER_URL (set by the parent) is in effect.
-    from worker.jobs.distributed import tasks  # noqa: F401  (registers the task)
-    from worker.jobs.distributed.celery_app import QUEUE_NAME, celery_app
+    start_pch_warmup(EngineSettings.from_config(config), "cuda" if pinned.strip() not in ("", "-1") else "cpu")
+    from worker.jobs.distributed import tasks
+    from worker.jobs.distributed.celery_app import DEFAULT_BROKER_URL, QUEUE_NAME, celery_app, make_celery
     from worker.jobs.pipeline import PipelineConfig
 
+    tasks.use_config(config)
+    make_celery(config.jobs.broker_url or DEFAULT_BROKER_URL, config.jobs.job_time_limit_s, app=celery_app)
     # One task thread per job the lane holds; with prefetch multiplier 1 the broker hands this
     # process no more messages than that, so unclaimed jobs stay in the queue for other hosts.
-    capacity = PipelineConfig.from_env().capacity
+    capacity = PipelineConfig.from_config(config).capacity
     celery_app.worker_main([
         "worker", "--pool", "threads", "--concurrency", str(capacity),
         "--queues", QUEUE_NAME, "--hostname", args.node_name, "--loglevel", args.loglevel,

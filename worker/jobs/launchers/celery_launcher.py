@@ -27,10 +27,10 @@ class CeleryLauncher:
     mode = "celery"
     identities: tuple[WorkerIdentity, ...] = ()  # the workers are other processes: the dashboard knows them from the jobs they take
 
-    def __init__(self, broker_url: str):
+    def __init__(self, broker_url: str, job_time_limit_s: float):
         from worker.jobs.distributed.celery_app import make_celery
 
-        self.celery = make_celery(broker_url)
+        self.celery = make_celery(broker_url, job_time_limit_s)
 
     def start(self) -> None:
         pass  # the workers are started by `kerneljudge worker`, not by the API

@@ -16,6 +16,7 @@ import socket
 import threading
 from collections.abc import Callable
 
+from worker.config.tree import KernelJudgeConfig
 from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.pipeline import DeviceLane, JobPipeline, LaneHealth, PipelineConfig
 from worker.jobs.store import Job, JobStore
@@ -50,10 +51,12 @@ class EmbeddedLauncher:
     mode = "embedded"
 
     def __init__(self, store: JobStore, identities: list[WorkerIdentity], on_finished: Callable[[Job], None],
-                 config: PipelineConfig | None = None, engine: EngineCalls | None = None):
+                 config: PipelineConfig | None = None, engine: EngineCalls | None = None,
+                 process_config: KernelJudgeConfig | None = None):
         self.store = store
         self.identities = identities
-        self.pipeline = JobPipeline(store, identities, config, engine=engine, on_finished=on_finished)
+        self.pipeline = JobPipeline(store, identities, config, engine=engine, on_finished=on_finished,
+                                    process_config=process_config)
         self._stop = threading.Event()
         self._wakeups = [threading.Event() for _ in identities]
         self._threads: list[threading.Thread] = []

@@ -6,10 +6,9 @@ points from app to worker only.
 
 from worker.jobs.store.jobs import (
     JobStore,
-    database_url_from_env,
-    default_data_dir,
     normalise_url,
     problem_id_for,
+    store_url,
 )
 from worker.jobs.store.records import (
     ACTIVE_STATUSES,
@@ -35,9 +34,8 @@ __all__ = [
     "JobStore",
     "NewJob",
     "Problem",
-    "database_url_from_env",
-    "default_data_dir",
     "normalise_url",
     "problem_id_for",
     "public_job",
+    "store_url",
 ]

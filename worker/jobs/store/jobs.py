@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sqlite3
 import time
 import uuid
@@ -22,6 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from worker.config.jobs_section import JobsSection
 from worker.jobs.store.json_text import to_json_text
 from worker.jobs.store.migrations import upgrade_schema
 from worker.jobs.store.queue import ClaimChoice, QueueGroup, oldest_in_group, top_priority_groups
@@ -44,33 +44,16 @@ log = logging.getLogger(__name__)
 DB_FILE_NAME = "kerneljudge.db"
 
 
-# A job in flight longer than this is failed (the API's reaper) and stopped (Celery's hard limit).
-# The engine's default stage limits add up to ~10 minutes; this leaves room for slow builds.
-DEFAULT_JOB_TIME_LIMIT_S = 3600.0
-
-
-def default_data_dir() -> Path:
-    return Path(os.environ.get("KERNELJUDGE_DATA_DIR", "./data")).expanduser()
-
-
 def sqlite_url(data_dir: Path) -> str:
     """The URL of the SQLite job store in `data_dir` (created if missing)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{(data_dir / DB_FILE_NAME).resolve()}"
 
 
-def database_url_from_env() -> str:
-    """KERNELJUDGE_DATABASE_URL, else a SQLite file in KERNELJUDGE_DATA_DIR."""
-    url = os.environ.get("KERNELJUDGE_DATABASE_URL", "").strip()
-    if url:
-        return normalise_url(url)
-    return sqlite_url(default_data_dir())
-
-
-def job_time_limit_from_env() -> float:
-    """KERNELJUDGE_JOB_TIME_LIMIT_S in seconds (unset or empty: DEFAULT_JOB_TIME_LIMIT_S)."""
-    value = os.environ.get("KERNELJUDGE_JOB_TIME_LIMIT_S")
-    return float(value) if value not in (None, "") else DEFAULT_JOB_TIME_LIMIT_S
+def store_url(jobs: JobsSection) -> str:
+    """The configured database URL (KERNELJUDGE_DATABASE_URL), else a SQLite file in the data folder."""
+    url = (jobs.database_url or "").strip()
+    return normalise_url(url) if url else sqlite_url(jobs.store_dir())
 
 
 def normalise_url(url: str) -> str:
@@ -123,8 +106,8 @@ def _make_engine(url: str) -> Engine:
 
 
 class JobStore(JobRecovery):
-    def __init__(self, url: str | None = None):
-        self.url = normalise_url(url) if url else database_url_from_env()
+    def __init__(self, url: str):
+        self.url = normalise_url(url)
         self.engine = _make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         upgrade_schema(self.engine)  # creates the tables, upgrades an older release's (migrations/)

@@ -3,7 +3,8 @@
 A job over a cap is refused (422 naming the field, the value and the cap), never clamped: a
 clamped job would silently measure something other than what was asked. Caps come from
 KERNELJUDGE_JOB_CAPS (every key), KERNELJUDGE_ADMIN_JOB_CAPS (admin keys) and, per key, the key's
-entry in KERNELJUDGE_API_KEYS / the keys file (app/settings.py), all as `name=value` items.
+entry in KERNELJUDGE_API_KEYS / the keys file (api_keys.py), all as `name=value` items, read by the API
+section of the configuration tree (api_section.py); the API applies them (app/service.py).
 """
 
 from __future__ import annotations
