@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from pipeline.fakes import WAIT_S, FakeEngine, add_job
+from worker.config.jobs_section import DEFAULT_JOB_TIME_LIMIT_S
 from worker.jobs.distributed.celery_app import QUEUE_NAME, TASK_NAME
 from worker.jobs.engine_call import EngineCalls, WorkerIdentity
 from worker.jobs.launchers.celery_launcher import CeleryLauncher
@@ -53,7 +54,7 @@ def _embedded(store: JobStore) -> Case:
 
 
 def _celery() -> Case:
-    launcher = CeleryLauncher("memory://")
+    launcher = CeleryLauncher("memory://", DEFAULT_JOB_TIME_LIMIT_S)
 
     def taken(job: Job) -> None:
         # What a `kerneljudge worker` would receive: the task named by the wire protocol, for this job.
@@ -102,7 +103,7 @@ def test_a_launcher_starts_gets_a_submitted_job_to_a_worker_reports_and_stops(ca
 
 
 def test_the_celery_launcher_says_when_the_broker_takes_no_job(store, monkeypatch):
-    launcher = CeleryLauncher("memory://")
+    launcher = CeleryLauncher("memory://", DEFAULT_JOB_TIME_LIMIT_S)
 
     def unreachable(*args, **kwargs):
         raise ConnectionRefusedError("no broker")
