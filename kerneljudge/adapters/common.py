@@ -1,12 +1,7 @@
-"""Shared pieces of the trainer adapters: labels, completion text, outcomes, batch scoring.
+"""Shared pieces of the trainer adapters: completion text, batch scoring, logging the fallbacks.
 
-Outcome of one sample (`Outcome`):
-  - the service produced a verdict (job `done`, `result.judged`): reward = result.reward, components from
-    the result, `correct` = the verdict's `correct` (true only for status `ok`: a rejected kernel whose
-    outputs matched is not correct);
-  - anything else (bad label, service unreachable, job failed or cancelled, deadline passed, or a done
-    job whose result is no verdict: status sandbox_error, the harness failed): reward = the adapter's
-    `fallback_reward` (default 0.0), `fallback` = 1 and `reason` says why.
+A sample's reward is its `Outcome` (contract/outcomes.py: the verdict's reward, or the adapter's fallback
+reward with the reason); a dataset label is read by contract/get_reward.py's `parse_reference_label`.
 """
 
 from __future__ import annotations
