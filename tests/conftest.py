@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import textwrap
 import uuid
 
@@ -123,3 +124,15 @@ def triton_candidate(forward_body: str, *, kernel: str = SILU_KERNEL, extra: str
     if init:
         source += "    def __init__(self):\n        super().__init__()\n" + _method_body(init) + "\n"
     return source + f"    def forward(self, {args}):\n" + _method_body(forward_body) + "\n"
+
+
+def sandbox_reply(spec, script: str, name: str, timeout_s: float = 120.0) -> dict:
+    """Run `script` (`python -I -c`) in a sandbox made from `spec` and return the one message it sends."""
+    from worker.engine.sandbox import SandboxProcess
+
+    process = SandboxProcess(spec, [sys.executable, "-I", "-c", script], name=name)
+    process.start()
+    try:
+        return process.receive(timeout_s)
+    finally:
+        process.close(grace_s=0)

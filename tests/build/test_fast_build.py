@@ -10,16 +10,16 @@ running a kernel; tests/build/test_gpu.py does that on the device machine.
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import pytest
 import torch
 
 from contract.statuses import SandboxKind
 from tests.build import candidates
+from tests.conftest import sandbox_reply
 from worker.engine.build import builder as build
 from worker.engine.launch import RunnerConfig, RunnerPaths, runner_spec
-from worker.engine.sandbox import ResourceLimits, SandboxProcess
+from worker.engine.sandbox import ResourceLimits
 from worker.engine.sandbox.spec import MIB
 
 
@@ -62,13 +62,7 @@ def test_plain_candidate_takes_the_fast_path_and_ninja_sees_it_up_to_date_in_the
     # What the candidate's own load_inline runs at import in the run's sandbox (the cache entry mounted
     # read-only, copied into the run's own extension folder): ninja must find nothing to do.
     config = RunnerConfig(role="candidate", mode="run", device="cpu", paths=RunnerPaths(ext_dir=outcome.ext_dir))
-    process = SandboxProcess(runner_spec(config, build_settings, ResourceLimits()),
-                             [sys.executable, "-I", "-c", NINJA_IN_RUN], name="ninja-check")
-    process.start()
-    try:
-        reply = process.receive(120)
-    finally:
-        process.close(grace_s=0)
+    reply = sandbox_reply(runner_spec(config, build_settings, ResourceLimits()), NINJA_IN_RUN, "ninja-check")
     assert "no work to do" in reply["out"], reply
     # The same source again is served from the cache.
     again = build_candidate(build_settings, tmp_path, source)

@@ -5,12 +5,12 @@ tests/test_layout.py)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
+from tests.conftest import sandbox_reply
 from worker.engine.launch import RunnerConfig, RunnerPaths, runner_spec
-from worker.engine.sandbox import ResourceLimits, SandboxProcess
+from worker.engine.sandbox import ResourceLimits
 
 # Run inside a real sandbox as launch.BOOT would: which of our packages can it import?
 PROBE = r"""
@@ -31,13 +31,7 @@ os.write(int(os.environ["KJ_MSG_FD"]), (json.dumps(found) + "\n").encode())
 @pytest.mark.parametrize("role", ["reference", "candidate"])
 def test_a_sandbox_imports_the_sandbox_side_and_the_contract_but_not_the_supervisor(settings, role):
     config = RunnerConfig(role=role, mode="run", device="cpu", paths=RunnerPaths())
-    process = SandboxProcess(runner_spec(config, settings, ResourceLimits()), [sys.executable, "-I", "-c", PROBE],
-                             name="import-probe")
-    process.start()
-    try:
-        reply = process.receive(120)
-    finally:
-        process.close(grace_s=0)
+    reply = sandbox_reply(runner_spec(config, settings, ResourceLimits()), PROBE, "import-probe")
     assert reply == {"sandbox_side.boot": True, "sandbox_side.judging.judge_process": True,
                      "contract.results": True, "worker": False, "app": False, "kerneljudge": False}, json.dumps(reply)
 
@@ -68,10 +62,5 @@ def test_a_regular_install_s_supervisor_packages_are_covered_in_the_sandbox(sett
     config = RunnerConfig(role="candidate", mode="run", device="cpu", paths=RunnerPaths())
     spec = runner_spec(config, settings, ResourceLimits())
     spec.env["KJ_TEST_ROOT"] = str(site)
-    process = SandboxProcess(spec, [sys.executable, "-I", "-c", COVERED_PROBE], name="covered-probe")
-    process.start()
-    try:
-        reply = process.receive(120)
-    finally:
-        process.close(grace_s=0)
+    reply = sandbox_reply(spec, COVERED_PROBE, "covered-probe")
     assert reply == {"worker": [], "torchlike": ["__init__.py"]}
