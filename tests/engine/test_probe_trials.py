@@ -47,10 +47,15 @@ def test_a_mean_over_a_subset_fails_on_the_spikes_probe(run_eval):
     assert "secret positions" in spikes.inputs  # what was done, never where
 
 
-def test_a_half_precision_cast_inside_a_reduction_is_flagged_by_a_probe(run_eval):
+# None: a secret draw; 7: a draw on which the spikes probe also fails the candidate (seen on CPU).
+@pytest.mark.parametrize("seed", [None, 7])
+def test_a_half_precision_cast_inside_a_reduction_is_flagged_by_a_probe(run_eval, seed):
     assert HALF_CAST_MEAN.count("tl.float16") == 1
-    result = run_eval(MEAN.reference_source, HALF_CAST_MEAN)
-    assert result.correctness.passed and all(trial.passed for trial in result.correctness.trials)
+    result = run_eval(MEAN.reference_source, HALF_CAST_MEAN, seed=seed)
+    # Inside the tolerance on the problem's own inputs. (On about 1 secret draw in 20 the spikes probe also
+    # fails it outright, where a spike rounded to half precision moves the mean past the tolerance; the
+    # reward and the rule below are the same either way, so only the trials are asserted here.)
+    assert all(trial.passed for trial in result.correctness.trials)
     assert result.flagged and result.reward == 0.0
     hit = next(h for h in result.rules if h.rule == "KJ-R12-precision-loss")
     assert "probe 'scaled'" in hit.evidence and "candidate" in hit.evidence and "reference" in hit.evidence
