@@ -3,7 +3,8 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: fresh prebuild eval elementwise baselines redteam throughput tests security repeat fidelity bundle
+# STEPS: fresh prebuild eval elementwise baselines redteam throughput tests security repeat fidelity soak
+# soak-wait bundle
 # (default: eval redteam tests).
 # fresh: kill servers and spawners a cut call left on a warm machine, and empty the throughput data dir (do it
 # before `throughput` with rl, never before rl-again). bundle: every log and JSON line file of OUTDIR into
@@ -24,6 +25,10 @@
 # CUDA build load of the corpus, and triton.testing.do_bench).
 # fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
 # stays warm, so a second call resumes), the table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long.
+# soak: benchmarks/soak.py (rl rounds back to back against one server for KJ_SOAK_S, default 1200 s, on every
+# visible GPU), started detached (setsid) on the warm machine's disk under data/soak-out, then waited for up to
+# KJ_WAIT_S (default 540 s); soak-wait: wait for it again in the next call (call again within the machine's idle
+# limit, and never with `fresh`, which kills its server). Each copies the report and logs so far into OUTDIR.
 set -uo pipefail
 wheels=$1
 out=$2
@@ -42,6 +47,19 @@ export PYTHONPATH=${KJ_EXTRA_PYTHONPATH:+$KJ_EXTRA_PYTHONPATH:}$PWD
 export KERNELJUDGE_DATA_DIR=${KERNELJUDGE_DATA_DIR:-/tmp/kj-data}
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv | tee "$out/gpu.txt"
 stamp=$(date -u +%Y-%m-%d)
+soak_out=$PWD/data/soak-out
+soak_wait() {  # until the soak's process ends or KJ_WAIT_S passes; then what it wrote so far, into OUTDIR
+    local until=$((SECONDS + ${KJ_WAIT_S:-540}))
+    while kill -0 "$(cat "$soak_out/pid" 2>/dev/null || echo 0)" 2>/dev/null && [ $SECONDS -lt $until ]; do
+        sleep 5  # polling another session's process: nothing to wait on but its pid
+    done
+    kill -0 "$(cat "$soak_out/pid" 2>/dev/null || echo 0)" 2>/dev/null && echo "soak: still running" \
+        || echo "soak: finished"
+    for name in soak.md soak.log soak.jsonl server.log; do
+        [ -f "$soak_out/$name" ] && cp "$soak_out/$name" "$out/${name/soak.md/soak_$stamp.md}"
+    done
+    tail -25 "$soak_out/soak.md" 2>/dev/null
+}
 export KJ_BENCH_SERVER_LOG=${KJ_BENCH_SERVER_LOG:-$out/server.log}
 for step in $steps; do
     case $step in
@@ -96,5 +114,16 @@ for step in $steps; do
             --eval-budget-s ${KJ_EVAL_BUDGET:-0} --jsonl data/fidelity.jsonl --out "$out/fidelity_$stamp.md" 2>&1 \
             | tee "$out/fidelity.log"
         cp data/fidelity.jsonl "$out/" ;;
+    soak)
+        pkill -9 -f 'benchmarks.soak' 2>/dev/null
+        pkill -9 -f 'kerneljudge.cli serve' 2>/dev/null
+        rm -rf data/soak "$soak_out" && mkdir -p "$soak_out"
+        KJ_BENCH_SERVER_LOG=$soak_out/server.log setsid nohup python3 -m benchmarks.soak --device cuda \
+            --corpus "${KJ_CORPUS:-.carry/corpus}" --duration-s "${KJ_SOAK_S:-1200}" --data-dir data/soak \
+            --out "$soak_out/soak.md" --jsonl "$soak_out/soak.jsonl" >"$soak_out/soak.log" 2>&1 </dev/null &
+        echo $! >"$soak_out/pid"
+        soak_wait ;;
+    soak-wait)
+        soak_wait ;;
     esac
 done

@@ -307,6 +307,7 @@ class Service:
         cli = [sys.executable, "-m", "kerneljudge.cli"]
         # KJ_BENCH_SERVER_LOG=FILE: the servers' log at info level goes there (appended), not to this terminal.
         log_path = os.environ.get("KJ_BENCH_SERVER_LOG")
+        self.log_path = Path(log_path) if log_path else None
         level = "info" if log_path else "warning"
         self._log = open(log_path, "a") if log_path else None  # noqa: SIM115 - open for the servers' lives
         serve = [*cli, "serve", "--port", str(self.port), "--device", device, "--log-level", level]
@@ -361,16 +362,22 @@ class Service:
             self._log.close()
 
 
-def server_gpu_busy_s(url: str) -> dict[str, float]:
-    """The server's own busy seconds per GPU (/metrics, kerneljudge_gpu_busy_seconds); {} on CPU."""
+def server_samples(url: str, family_name: str, label: str, suffix: str = "") -> dict[str, float]:
+    """One metric family of the server's /metrics, by `label` (its samples named with `suffix`, e.g.
+    `_total` for a counter); {} when the server has none (GPU metrics on CPU)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(f"{url}/metrics", timeout=30).text
     for family in text_string_to_metric_families(text):
-        if family.name == "kerneljudge_gpu_busy_seconds":
-            return {s.labels["gpu"]: s.value for s in family.samples if s.name.endswith("_total")}
+        if family.name == family_name:
+            return {s.labels[label]: s.value for s in family.samples if s.name == family_name + suffix}
     return {}
+
+
+def server_gpu_busy_s(url: str) -> dict[str, float]:
+    """The server's own busy seconds per GPU (kerneljudge_gpu_busy_seconds); {} on CPU."""
+    return server_samples(url, "kerneljudge_gpu_busy_seconds", "gpu", suffix="_total")
 
 
 def cancel_queued(client, job_ids: list[str]) -> int:
@@ -387,7 +394,8 @@ def cancel_queued(client, job_ids: list[str]) -> int:
     return cancelled
 
 
-def _outcome(job) -> Outcome:
+def outcome_of(job) -> Outcome:
+    """What the client read of a job: its verdict, speedup, latency and stages."""
     if job.result is None:
         return Outcome(verdict=f"job {job.status.value}")
     result = job.result
@@ -411,9 +419,8 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
     phase.jobs = len(order)
     service = Service(device, data_dir, broker)
     try:
-        log_path = os.environ.get("KJ_BENCH_SERVER_LOG")
         with KernelJudgeClient(service.url, KEY, timeout=600) as client, BusySampler(device) as busy, \
-                StoreWatcher(service.database, service.server_pid, Path(log_path) if log_path else None) as watch:
+                StoreWatcher(service.database, service.server_pid, service.log_path) as watch:
             busy_before = server_gpu_busy_s(service.url)
             entries = client.submit_many([{"reference": p.reference, "candidate": p.candidate,
                                            "options": {**options, "device": device}} for p in order])
@@ -423,7 +430,7 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
             def record(jobs) -> list[str]:
                 for job in jobs:
                     if job.finished and ids[job.id] not in phase.outcomes:
-                        phase.outcomes[ids[job.id]] = _outcome(job)
+                        phase.outcomes[ids[job.id]] = outcome_of(job)
                         phase.wall_s = max(phase.wall_s, (job.finished_at - first_submit).total_seconds())
                 return [job.id for job in jobs if not job.finished]
 
@@ -507,7 +514,7 @@ def run_triton_warm(phase: Phase, device: str, data_dir: Path, count: int, deadl
                 elapsed = time.monotonic() - started
                 if i == 0:
                     continue
-                outcome = _outcome(job)
+                outcome = outcome_of(job)
                 outcome.latency_s = elapsed
                 phase.outcomes[f"triton#{i}"] = outcome
                 phase.wall_s += elapsed
