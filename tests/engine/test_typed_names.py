@@ -40,9 +40,13 @@ def test_every_stage_a_cpu_evaluation_notifies_and_times_is_a_stage(settings):
     lease = schedule.lease()
     seen: list[object] = []
 
+    holds: dict[Stage, tuple[int, bool]] = {}  # what the job held on the device while in each stage
+
     def on_stage(stage: Stage) -> None:
         seen.append(stage)
         lease.enter(stage)
+        state = schedule.state()
+        holds[stage] = (state.shared, state.exclusive)
 
     options = EvalOptions(timing=True, timing_budget_s=0.3, timing_min_runs=3, timing_max_runs=12)
     request = EvalRequest(reference=f"{SILU_REFERENCE}\n# stage names\n", candidate=HONEST_SILU, options=options)
@@ -53,6 +57,13 @@ def test_every_stage_a_cpu_evaluation_notifies_and_times_is_a_stage(settings):
     assert result.status == EvalStatus.ok, result.error
     assert seen and all(type(stage) is Stage for stage in seen), seen
     assert {Stage.validate, Stage.reference, Stage.candidate, Stage.compare, Stage.timing, Stage.reward} <= set(seen)
+    # Only the measured window holds the device alone: the timing's set-up (variants) and its check (kept
+    # outputs re-checked) share it with other jobs, in that order around the window.
+    timing_stages = [stage for stage in seen if stage.value.startswith("timing")]
+    assert timing_stages == [Stage.timing_setup, Stage.timing, Stage.timing_check], seen
+    assert holds[Stage.timing_setup] == holds[Stage.timing_check] == (1, False)
+    assert holds[Stage.timing] == (0, True)
+    assert {"timing_setup", "timing", "timing_check"} <= set(result.stages)
     # The result's stages: plain strings, each a stage's name.
     assert result.stages and all(type(name) is str and Stage(name) for name in result.stages), result.stages
     assert set(json.loads(result.model_dump_json())["stages"]) == set(result.stages)

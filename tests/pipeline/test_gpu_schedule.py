@@ -43,6 +43,22 @@ def test_after_the_alone_stage_every_device_stage_holds_the_device_exclusively()
     lease.release()
 
 
+def test_only_the_measured_timing_window_holds_the_device_alone():
+    schedule = GpuSchedule("gpu0", sharers=2)
+    lease, other = schedule.lease(), schedule.lease()
+    other.enter("compare")
+    lease.enter("timing_setup")  # the variants are made beside the other job's correctness stage
+    assert (schedule.state().shared, schedule.state().exclusive) == (2, False)
+    other.release()
+    lease.enter("timing")
+    assert (schedule.state().shared, schedule.state().exclusive) == (0, True)
+    lease.enter("timing_check")  # the kept outputs are re-checked beside whatever comes next
+    other.enter("candidate")
+    assert (schedule.state().shared, schedule.state().exclusive) == (2, False)
+    lease.release()
+    other.release()
+
+
 def test_a_job_waiting_for_a_judge_or_a_baseline_holds_nothing_on_the_device():
     from worker.engine.gpu_schedule import BASELINE_WAIT_STAGE, REFERENCE_WAIT_STAGE
 

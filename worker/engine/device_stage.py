@@ -51,7 +51,7 @@ from worker.engine.build import builder as build
 from worker.engine.build import triton_cache
 from worker.engine.cpu_plan import timing_cores
 from worker.engine.engine_settings import EngineSettings
-from worker.engine.launch import UserFailure
+from worker.engine.launch import RunnerSession, UserFailure
 from worker.engine.policy.registry import is_disabled
 from worker.engine.prepared_job import PreparedJob, StageCallback, notify
 from worker.engine.reference import judge_start
@@ -404,22 +404,20 @@ class DeviceStage:
 
     def _timing_stage(self, entry: CachedReference, runner: WarmRunner, report: CorrectnessReport,
                       tampered: list[str], compile_missing: str | None) -> tuple[TimingReport, Observations]:
-        """Stage `timing`: the paired timing window, on the lane's reserved cores, the device held exclusively."""
-        notify(self.on_stage, Stage.timing)
-        timed = [entry.judge.pid, runner.session.process.pid]
-        with self.builder.stage(Stage.timing), timing_cores(self.settings.cpu_plan(), timed):
-            try:
-                return self._timing(entry, runner, report, tampered, compile_missing)
-            except _ReferenceTimingFailure as wrapped:
-                # The reference already ran cleanly; dying or hanging now points at the candidate
-                # (GPU work it left running), so only its own errors are held against the reference.
-                self._judge_healthy = False
-                reference_failure = wrapped.failure
-                if reference_failure.kind in (FailureKind.timeout, FailureKind.crashed):
-                    raise _JobEnds(self.builder.candidate_failure(reference_failure, during="timing")) from wrapped
-                raise _JobEnds(self.builder.reference_failure(reference_failure)) from wrapped
-            except UserFailure as failure:
-                raise _JobEnds(self.builder.candidate_failure(failure, during="timing")) from failure
+        """Stages `timing_setup`, `timing` and `timing_check` (see _timing); a failure in any of them is the
+        timing's."""
+        try:
+            return self._timing(entry, runner, report, tampered, compile_missing)
+        except _ReferenceTimingFailure as wrapped:
+            # The reference already ran cleanly; dying or hanging now points at the candidate
+            # (GPU work it left running), so only its own errors are held against the reference.
+            self._judge_healthy = False
+            reference_failure = wrapped.failure
+            if reference_failure.kind in (FailureKind.timeout, FailureKind.crashed):
+                raise _JobEnds(self.builder.candidate_failure(reference_failure, during="timing")) from wrapped
+            raise _JobEnds(self.builder.reference_failure(reference_failure)) from wrapped
+        except UserFailure as failure:
+            raise _JobEnds(self.builder.candidate_failure(failure, during="timing")) from failure
 
     def _finish(self, report: CorrectnessReport, observations: Observations,
                 timing: TimingReport | None = None) -> EvalResult:
@@ -466,27 +464,40 @@ class DeviceStage:
         return attached.missing
 
     # -- timing (see timing_protocol and clock_check) ----------------------------------------
-    def _timing(self, entry: CachedReference, runner: WarmRunner, report: CorrectnessReport,
-                tampered: list[str], compile_missing: str | None) -> tuple[TimingReport, Observations]:
-        opts = self.options
-        deadline = time.monotonic() + opts.limits.timing_s
-        session = runner.session
-
+    def _timing_variants(self, entry: CachedReference, session: RunnerSession, deadline: float) -> list[int]:
+        """The timed inputs' variants (per input set, how many calls it has, itself included): made by the
+        judge with the reference's outputs and handed to the candidate's runner."""
         judge = entry.judge
-        rng = random.SystemRandom()  # the calls' order and which outputs are kept: the supervisor's secret
         variants = self._judge_call("making the timing variants", lambda: judge.timing_variants(
             deadline, seed=variant_seed(entry.seeds), count=self.settings.timing_variants,
             max_bytes=self.settings.timing_variant_max_bytes))
         if variants.made and variants.device_bytes:
             held = entry.held
             entry.held = dataclasses.replace(held, device_bytes=held.device_bytes + variants.device_bytes) \
-                if opts.device == Device.cuda else dataclasses.replace(held, host_bytes=held.host_bytes
-                                                                       + variants.device_bytes)
+                if self.options.device == Device.cuda else dataclasses.replace(held, host_bytes=held.host_bytes
+                                                                               + variants.device_bytes)
         self.builder.extra.timing_variants = TimingVariantsNote(per_input_set=[count - 1 for count in variants.counts],
                                                                 skipped=variants.skipped or None)
         if variants.reply.payload is not None:
             session.request(ApplyTimingVariants(payload=variants.reply.payload), VariantsApplied, deadline)
-        reference_order, candidate_order = CallOrder(variants.counts, rng), CallOrder(variants.counts, rng)
+        return variants.counts
+
+    def _timing(self, entry: CachedReference, runner: WarmRunner, report: CorrectnessReport,
+                tampered: list[str], compile_missing: str | None) -> tuple[TimingReport, Observations]:
+        """Only the measurement holds the device alone: `timing_setup` (the variants made and handed over)
+        and `timing_check` (one more call per input set, the kept outputs re-checked by the judge) share
+        it with other jobs' correctness stages, as any untimed device work does; `timing` is the paired
+        window, on the lane's reserved cores, with the device held exclusively."""
+        opts = self.options
+        deadline = time.monotonic() + opts.limits.timing_s
+        session = runner.session
+
+        judge = entry.judge
+        rng = random.SystemRandom()  # the calls' order and which outputs are kept: the supervisor's secret
+        notify(self.on_stage, Stage.timing_setup)
+        with self.builder.stage(Stage.timing_setup):
+            variant_counts = self._timing_variants(entry, session, deadline)
+        reference_order, candidate_order = CallOrder(variant_counts, rng), CallOrder(variant_counts, rng)
         expected: list[tuple[int, int]] = []  # (input set, variant) of each output the candidate keeps
         labels: list[str] = []
         blocks = itertools.count(1)
@@ -519,18 +530,23 @@ class DeviceStage:
         output_bytes = judge.generated.output_bytes if judge.generated else 0
         checks = min(self.settings.timed_checks, self.settings.timing_variant_max_bytes // output_bytes) \
             if output_bytes else self.settings.timed_checks
-        window = measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng)
+        notify(self.on_stage, Stage.timing)
+        with self.builder.stage(Stage.timing), \
+                timing_cores(self.settings.cpu_plan(), [judge.pid, session.process.pid]):
+            window = measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng)
         self.builder.extra.candidate_paused = sorted(set(pauses))
-        # Outside the measured window: one call per input set, each output kept for the judge (KJ-R02).
-        pool_size = len(variants.counts)
-        kept = candidate_block(pool_size, 0, pool_size)
-        snapshot = session.request(TimedOutputs(), TimedOutputsDone, deadline)
-        if snapshot.payload is not None:
-            check = self._judge_call("re-checking timed outputs",
-                                     lambda: judge.check_timed(snapshot, deadline, expected))
-            ok, message = check.ok, check.message or _timed_evidence(check, expected, labels)
-        else:
-            ok, message = False, "timed run: the candidate sent no outputs"
+        notify(self.on_stage, Stage.timing_check)
+        with self.builder.stage(Stage.timing_check):
+            # Outside the measured window: one call per input set, each output kept for the judge (KJ-R02).
+            pool_size = len(variant_counts)
+            kept = candidate_block(pool_size, 0, pool_size)
+            snapshot = session.request(TimedOutputs(), TimedOutputsDone, deadline)
+            if snapshot.payload is not None:
+                check = self._judge_call("re-checking timed outputs",
+                                         lambda: judge.check_timed(snapshot, deadline, expected))
+                ok, message = check.ok, check.message or _timed_evidence(check, expected, labels)
+            else:
+                ok, message = False, "timed run: the candidate sent no outputs"
         tampered = [*tampered, *window.candidate_tampered, *kept.tampered, *snapshot.tampered]
         clock = clock_check.check(window, opts.device.value)
         speedup, speedup_ci = window.speedup()

@@ -20,7 +20,10 @@ class Stage(str, Enum):
     reference = "reference"
     candidate = "candidate"
     compare = "compare"
+    # The timing's set-up and its check share the device; only the measured window ("timing") holds it alone.
+    timing_setup = "timing_setup"
     timing = "timing"
+    timing_check = "timing_check"
     # Timed only: the torch.compile baseline runs inside the compare stage's (shared) hold.
     compile_baseline = "compile_baseline"
     # Notified only: the score is computed on the host.
