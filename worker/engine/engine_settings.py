@@ -8,6 +8,7 @@ configured field means is said where its variable is read (engine_section.py, sa
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,26 +86,13 @@ class EngineSettings:
         """The engine and sandbox sections as one lane's settings; the folders under KERNELJUDGE_DATA_DIR
         when it is set, else under the system's temporary folder."""
         engine, sandbox, data_dir = config.engine, config.sandbox, config.jobs.data_dir
-        settings = cls(
-            keep_workdirs=engine.keep_workdirs, gpu_index=engine.gpu_index, cuda_arch_list=engine.cuda_arch_list,
-            isolate_network=sandbox.isolate_network, isolation=sandbox.isolation(),
-            sandbox_tmp_bytes=sandbox.tmp_mb * MIB, sandbox_shm_bytes=sandbox.shm_mb * MIB,
-            sandbox_ext_bytes=sandbox.ext_mb * MIB, sandbox_memory_bytes=sandbox.memory_bytes,
-            cpu_threads=engine.cpu_threads, peak_bandwidth_gbps=engine.peak_bandwidth_gbps,
-            timing_pool_size=engine.timing_pool_size, timing_variants=engine.timing_variants,
-            timing_variant_max_bytes=engine.timing_variant_max_bytes, timed_checks=engine.timed_checks,
-            shape_trial_max_bytes=engine.shape_trial_max_bytes, probe_trial_max_bytes=engine.probe_trial_max_bytes,
-            trial_bytes_budget=engine.trial_bytes_budget, warm_sandboxes=engine.warm_sandboxes,
-            reference_cache_entries=engine.reference_cache_entries,
-            reference_cache_gpu_fraction=engine.reference_cache_gpu_fraction,
-            reference_cache_host_fraction=engine.reference_cache_host_fraction,
-            reference_max_age_s=engine.reference_max_age_s, reference_max_uses=engine.reference_max_uses,
-            compile_baseline=engine.compile_baseline, baseline_retime_s=engine.baseline_retime_s,
-            reserved_cpus=engine.reserved_cpus, lane_cpus_count=engine.lane_cpus_count,
-            lane_index=engine.lane_index, lanes_on_host=engine.lanes_on_host, build_nice=engine.build_nice,
-            build_path=engine.build_path, build_slots=engine.build_slots,
-            build_memory_bytes=int(engine.build_memory_gb * 1024**3),
-        )
+        # Every field named as a section's field is that field; the others are converted below. (A field
+        # added to both can no longer be forgotten here: tests/engine/test_engine_settings.py.)
+        named = {f.name: getattr(section, f.name) for f in dataclasses.fields(cls)
+                 for section in (engine, sandbox) if f.name in type(section).model_fields}
+        settings = cls(**named, isolation=sandbox.isolation(), sandbox_tmp_bytes=sandbox.tmp_mb * MIB,
+                       sandbox_shm_bytes=sandbox.shm_mb * MIB, sandbox_ext_bytes=sandbox.ext_mb * MIB,
+                       sandbox_memory_bytes=sandbox.memory_bytes, build_memory_bytes=int(engine.build_memory_gb * 1024**3))
         if data_dir:
             settings.work_root = data_dir / "work"
             settings.build_cache = data_dir / "build-cache"
