@@ -625,11 +625,14 @@ def row(phase: Phase, found: Agreement | None) -> str:
         agree = f"{found.same_verdict}/{found.compared}"
         speed = f"{found.speedup_within}/{found.honest_timed}" if found.honest_timed else ""
     server = "" if phase.server_finished is None else str(phase.server_finished)
+    # While a job is in its "timing" stage it holds its GPU alone: this share of the GPUs' wall time caps the rate.
+    alone_s = sum(o.stages.get("timing", 0.0) for o in phase.outcomes.values())
+    alone = f"{100 * alone_s / (phase.wall_s * phase.gpus):.0f}%" if phase.wall_s > 0 and alone_s else ""
     note = f"**{phase.count_error}** {phase.note}" if phase.count_error else phase.note
     return (f"| {phase.workload} | {phase.path} | {len(phase.outcomes)}/{phase.jobs} | {server} | "
             f"{phase.per_hour(phase.gpus):.0f} ({phase.gpus} GPU{'s' if phase.gpus > 1 else ''}) | "
             f"{percentile(latencies, 0.5):.2f} | {percentile(latencies, 0.95):.2f} | {cache_text} | {compile_text} | "
-            f"{phase.busy} | {agree} | {speed} | {stage_text} | {note} |")
+            f"{phase.busy} | {alone} | {agree} | {speed} | {stage_text} | {note} |")
 
 
 def device_name(device: str) -> str:
@@ -655,7 +658,7 @@ class Report:
     """The markdown table (and the per-job JSON lines), rewritten at every change."""
 
     HEADER = ("| workload | path | finished | server's count | evals / GPU-hour | p50 s | p95 s | ref cache hit / miss | compile "
-              "baseline | GPU busy | verdicts = serial | speedups within 5% | median stage s | note |")
+              "baseline | GPU busy | held alone (timing) | verdicts = serial | speedups within 5% | median stage s | note |")
 
     def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
         self.args = args

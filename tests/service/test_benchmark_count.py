@@ -29,3 +29,15 @@ def test_a_budget_cut_batch_still_counts_at_least_what_the_server_finished(tmp_p
                          deadline=time.monotonic() + 5, broker=None, seed=1, progress=lambda: None)
     assert phase.server_finished is not None
     assert len(phase.outcomes) >= phase.server_finished and phase.count_error is None
+
+
+def test_the_table_says_what_share_of_the_wall_the_device_was_held_alone():
+    phase = throughput.Phase("rl", "service, embedded", jobs=3, wall_s=10.0)
+    phase.outcomes = {"a": throughput.Outcome("ok", stages={"timing_setup": 0.5, "timing": 2.0, "timing_check": 0.4}),
+                      "b": throughput.Outcome("ok", stages={"timing": 1.0}),
+                      "c": throughput.Outcome("incorrect", stages={"compare": 0.3})}
+    line = throughput.row(phase, None)
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    header = [cell.strip() for cell in throughput.Report.HEADER.strip("|").split("|")]
+    assert len(cells) == len(header)
+    assert cells[header.index("held alone (timing)")] == "30%"  # 3 s of 10 s; set-up and check share the device
