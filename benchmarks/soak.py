@@ -66,6 +66,8 @@ class Round:
     number: int
     jobs: int = 0
     submitted_at: float = 0.0  # monotonic
+    first_submit: datetime | None = None  # the server's creation time of its first job
+    left_open: int = 0  # its jobs still open when its round limit (or the soak's duration) passed
     outcomes: dict[str, Outcome] = field(default_factory=dict)  # job id -> what the client read
     wall_s: float = 0.0  # first submit to last verdict of this round, by the server's clock
 
@@ -152,6 +154,7 @@ class Soak:
         self.argv = argv
         self.rounds: list[Round] = []
         self.names: dict[str, str] = {}  # job id -> pair name
+        self.round_of: dict[str, Round] = {}  # job id -> its round
         self.watch = LaneWatch()
         self.verdict: Verdict | None = None
         self.started = time.monotonic()
@@ -166,7 +169,8 @@ class Soak:
         latencies = [o.latency_s for o in rnd.outcomes.values() if o.latency_s is not None]
         verdicts = Counter(o.verdict for o in rnd.outcomes.values())
         verdict_text = ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
-        return (f"| {rnd.number} | {rnd.jobs} | {len(rnd.outcomes)} | {rnd.wall_s:.0f} | {rnd.per_hour(gpus):.0f} | "
+        return (f"| {rnd.number} | {rnd.jobs} | {rnd.left_open} | {len(rnd.outcomes)} | {rnd.wall_s:.0f} | "
+                f"{rnd.per_hour(gpus):.0f} | "
                 f"{percentile(latencies, 0.5):.1f} | {percentile(latencies, 0.95):.1f} | {verdict_text} |")
 
     def write(self, gpus: int = 1) -> None:
@@ -191,8 +195,8 @@ class Soak:
                 lines += [f"**{'PASS' if self.verdict.passed else 'FAIL'}**: {self.verdict.lost} lost, "
                           f"{self.verdict.stalls} stalls, device memory peak {100 * self.verdict.memory_peak:.0f}% "
                           f"(limit {100 * MEMORY_LIMIT:.0f}%)", *[f"- {p}" for p in self.verdict.problems], ""]
-            lines += ["| round | jobs | finished | wall s | evals / GPU-hour | p50 s | p95 s | verdicts |",
-                      "|---|---|---|---|---|---|---|---|", *[self._round_row(r, gpus) for r in self.rounds], ""]
+            lines += ["| round | jobs | open at its limit | finished | wall s | evals / GPU-hour | p50 s | p95 s | verdicts |",
+                      "|---|---|---|---|---|---|---|---|---|", *[self._round_row(r, gpus) for r in self.rounds], ""]
             text = "\n".join(lines) + "\n"
             if args.out:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -212,15 +216,19 @@ class Soak:
         while not stop.wait(self.args.sample_s):
             self.watch.read(url)
 
-    def _collect(self, client, rnd: Round, pending: list[str], until: float, first_submit) -> list[str]:
-        """Wait for `pending` until `until`; record what finished (wait_many returns states at its timeout)."""
+    def _record(self, jobs) -> list[str]:
+        """Record the finished ones among `jobs` in their rounds; the ids of those still open."""
+        for job in jobs:
+            rnd = self.round_of[job.id]
+            if job.finished and job.id not in rnd.outcomes:
+                rnd.outcomes[job.id] = outcome_of(job)
+                rnd.wall_s = max(rnd.wall_s, (job.finished_at - rnd.first_submit).total_seconds())
+        return [job.id for job in jobs if not job.finished]
+
+    def _collect(self, client, pending: list[str], until: float) -> list[str]:
+        """Wait for `pending` (of any rounds) until `until` (wait_many returns their states at its timeout)."""
         while pending and time.monotonic() < until:
-            jobs = client.wait_many(pending, timeout=min(30.0, max(0.0, until - time.monotonic())))
-            for job in jobs:
-                if job.finished and job.id not in rnd.outcomes:
-                    rnd.outcomes[job.id] = outcome_of(job)
-                    rnd.wall_s = max(rnd.wall_s, (job.finished_at - first_submit).total_seconds())
-            pending = [job.id for job in jobs if not job.finished]
+            pending = self._record(client.wait_many(pending, timeout=min(30.0, max(0.0, until - time.monotonic()))))
         return pending
 
     def run(self) -> int:
@@ -233,7 +241,7 @@ class Soak:
         service = Service(args.device, args.data_dir, None)
         stop = threading.Event()
         sampler = threading.Thread(target=self._sample_metrics, args=(service.url, stop), daemon=True)
-        open_rounds: list[tuple[Round, list[str], datetime]] = []
+        still_open: list[str] = []  # jobs of earlier rounds not finished when the next round was sent
         try:
             with KernelJudgeClient(service.url, KEY, timeout=600) as client, BusySampler(args.device) as busy, \
                     StoreWatcher(service.database, service.server_pid, service.log_path,
@@ -254,21 +262,22 @@ class Soak:
                                            f"{[e.error for e in entries if not e.job][:3]}")
                     self.names.update({entry.job.id: p.name for entry, p in zip(entries, pairs, strict=True)
                                        if entry.job})
+                    self.round_of.update(dict.fromkeys(ids, rnd))
                     rnd.jobs = len(ids)
-                    first_submit = min(entry.job.created_at for entry in entries if entry.job)
+                    rnd.first_submit = min(entry.job.created_at for entry in entries if entry.job)
                     self.rounds.append(rnd)
-                    pending = self._collect(client, rnd, ids, min(end, rnd.submitted_at + args.round_limit_s),
-                                            first_submit)
-                    open_rounds.append((rnd, pending, first_submit))
+                    pending = self._collect(client, ids, min(end, rnd.submitted_at + args.round_limit_s))
+                    rnd.left_open = len(pending)
+                    still_open = self._record(client.get_many(still_open)) if still_open else []
+                    still_open += pending
                     self.busy = busy.summary()
                     self.write(busy.gpus)
                 self.state = "draining"
                 self.write(busy.gpus)
-                drain_until = time.monotonic() + args.drain_s
-                for rnd, pending, first_submit in open_rounds:
-                    self._collect(client, rnd, pending, drain_until, first_submit)
+                self._collect(client, still_open, time.monotonic() + args.drain_s)
                 all_ids = list(self.names)
                 in_store = service.finished_in_store(all_ids)
+                self._record(client.get_many(all_ids))  # read after the store's count: ours can only be larger
                 self.watch.read(service.url)
                 self.busy = busy.summary()
                 gpus = busy.gpus

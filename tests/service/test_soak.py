@@ -11,15 +11,23 @@ from benchmarks import soak
 from benchmarks.throughput import rl_pairs
 
 
-def test_a_short_soak_counts_every_job_from_the_store_and_passes(tmp_path):
+# 600: each round is finished before the next is sent; 1: the next round goes while the first one's jobs are
+# still open (a trainer that does not wait), and they are read later, in the drain.
+@pytest.mark.parametrize("round_limit_s", ["600", "1"])
+def test_a_short_soak_counts_every_job_from_the_store_and_passes(tmp_path, round_limit_s):
     out, jsonl = tmp_path / "soak.md", tmp_path / "soak.jsonl"
     argv = ["--device", "cpu", "--names", "elementwise,silu", "--problems", "2", "--per-problem", "2",
-            "--rounds", "2", "--duration-s", "600", "--drain-s", "120", "--sample-s", "1",
+            "--rounds", "2", "--duration-s", "600", "--drain-s", "300", "--sample-s", "1",
+            "--round-limit-s", round_limit_s,
             "--data-dir", str(tmp_path / "data"), "--out", str(out), "--jsonl", str(jsonl)]
     run = soak.Soak(soak.parse_args(argv), argv)
     assert run.run() == 0
     assert run.verdict is not None and run.verdict.passed and run.verdict.lost == 0, run.verdict
     assert [r.jobs for r in run.rounds] == [4, 4] and all(len(r.outcomes) == 4 for r in run.rounds)
+    if round_limit_s == "1":  # CPU jobs take seconds each: the first round was open when the second went
+        assert run.rounds[0].left_open > 0
+    else:
+        assert [r.left_open for r in run.rounds] == [0, 0]
     # The lanes were read from the server's /metrics (a soak that never saw them could not see a stall).
     assert run.watch.samples >= 1 and run.watch.stalled_seen and not any(run.watch.stalled_seen.values())
     report = out.read_text()
