@@ -19,6 +19,10 @@ HARD_CODED_SILU = triton_candidate('''
     return y
 ''')
 
+# The same, with its output zeroed first: the part it never writes holds zeros, never left-over memory (which
+# may hold a NaN, and the evidence then names the NaN, not the error against float64).
+HARD_CODED_ZEROED_SILU = HARD_CODED_SILU.replace("y = torch.empty_like(x)", "y = torch.zeros_like(x)")
+
 # Correct on the problem's shape, refuses any other: the same specialisation, made explicit.
 ASSERTING_SILU = triton_candidate('''
     assert x.shape == (1000,), "only N=1000 is supported"
@@ -173,7 +177,8 @@ def test_the_doubled_batch_is_judged_against_float64_and_the_references_own_erro
     assert trial.passed and "the reference's own max abs error against float64 at this shape" in trial.message
     assert trial.result.max_abs_error > 1e-4, "outside the plain tolerance: only the reference's own error admits it"
 
-    hard_coded = run_eval(ROUNDING_AT_SCALE_REFERENCE, HARD_CODED_SILU)
+    assert HARD_CODED_ZEROED_SILU.count("torch.zeros_like(x)") == 1
+    hard_coded = run_eval(ROUNDING_AT_SCALE_REFERENCE, HARD_CODED_ZEROED_SILU)
     hit = _hit(hard_coded)
     assert hard_coded.flagged and hit is not None, hard_coded.rules
     assert "against float64" in hit.evidence and "the reference's own max abs error" in hit.evidence

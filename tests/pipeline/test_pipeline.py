@@ -150,9 +150,13 @@ def test_a_crashing_or_invalid_job_fails_alone(store, engine, embedded):
 def test_a_hanging_job_times_out_alone(store, engine, embedded):
     hung = engine.hold("hang", "reference")  # until the engine's stage limit would end it
     hang = add_job(store, "hang")
-    others = [add_job(store, f"ok-{i}") for i in range(2)]
     pool, finished = embedded(PipelineConfig(device_concurrency=3, prepare_ahead=1, prepare_threads=2))
     schedule = pool.pipeline.lanes[0].schedule
+    # The hung job holds the device (shared) before the others arrive: had they come first, one of them could
+    # be timing while the hung job still waits to enter its reference stage.
+    engine.wait_for(lambda seen: seen.at_stage.get("hang") == "reference")
+    others = [add_job(store, f"ok-{i}") for i in range(2)]
+    pool.wake()
     # The others ran their correctness stages beside the hung one; now timing waits for the device
     # (and, once a timing waits, a correctness stage not yet started waits behind it).
     assert schedule.wait_until(lambda s: s.waiting_exclusive >= 1 and s.waiting_exclusive + s.waiting_shared == 2,
