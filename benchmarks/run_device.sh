@@ -115,7 +115,7 @@ for step in $steps; do
             | tee "$out/fidelity.log"
         cp data/fidelity.jsonl "$out/" ;;
     soak)
-        pkill -9 -f 'benchmarks.soak' 2>/dev/null
+        pkill -9 -f 'm benchmarks[.]soak' 2>/dev/null  # [.]: never this script's own command line
         pkill -9 -f 'kerneljudge.cli serve' 2>/dev/null
         rm -rf data/soak "$soak_out" && mkdir -p "$soak_out"
         KJ_BENCH_SERVER_LOG=$soak_out/server.log setsid nohup python3 -m benchmarks.soak --device cuda \
