@@ -128,7 +128,7 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def run_seconds(result) -> float:
-    return result.stages.get("reference", 0.0) + result.stages.get("candidate", 0.0)
+    return sum(result.stages.get(stage, 0.0) for stage in ("reference", "inputs", "load", "candidate"))
 
 
 def device_check(rows: list[Row], settings: EngineSettings, deadline: float, write) -> None:

@@ -98,6 +98,9 @@ class Outcome:
     reference_cache: str | None = None
     compile_baseline: str | None = None
     error: str | None = None  # the verdict's reason, when it has one
+    device_wait_s: float | None = None  # waits for the device's hold (result.extra.device_wait_s)
+    # Seconds from the batch's first submit to the job's claim, prepared (built), first device stage, verdict.
+    timeline: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -186,11 +189,23 @@ def distinct_pairs(device: str, corpus: Path | None, count: int | None) -> list[
 
 # ---- GPU busy -------------------------------------------------------------------------------
 
+def host_cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies of every core since boot, from /proc/stat; None where there is none."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 class BusySampler:
     """GPU utilisation and memory of every visible GPU while running (one `nvidia-smi -lms` stream);
-    'n/a' on CPU. Busy is nvidia-smi's utilization.gpu: the share of time a kernel was running."""
+    'n/a' on CPU. Busy is nvidia-smi's utilization.gpu: the share of time a kernel was running. Beside it,
+    the host's cores' busy share over the same time (a lane can be bound by its host, not its GPU)."""
 
     def __init__(self, device: str):
+        self._cpu_start = host_cpu_times()
         self.busy: dict[int, list[float]] = {}
         self.memory_peak: dict[int, float] = {}  # highest used / total seen, per GPU
         smi = shutil.which("nvidia-smi") if device == "cuda" else None
@@ -227,12 +242,21 @@ class BusySampler:
     def gpus(self) -> int:
         return max(len(self.busy), 1)
 
+    def host_cpu_share(self) -> float | None:
+        """The host's cores' busy share since this sampler started."""
+        now = host_cpu_times()
+        if now is None or self._cpu_start is None or now[1] <= self._cpu_start[1]:
+            return None
+        return (now[0] - self._cpu_start[0]) / (now[1] - self._cpu_start[1])
+
     def summary(self) -> str:
+        cpu = self.host_cpu_share()
+        host = f"host cores {100 * cpu:.0f}%" if cpu is not None else ""
         if not self.busy:
-            return "n/a"
+            return host or "n/a"
         per_gpu = [f"{statistics.fmean(v):.0f}%" for _, v in sorted(self.busy.items())]
         peak = max(self.memory_peak.values(), default=0.0)
-        return f"{' / '.join(per_gpu)} (memory peak {100 * peak:.0f}%)"
+        return f"{' / '.join(per_gpu)} (memory peak {100 * peak:.0f}%" + (f"; {host})" if host else ")")
 
 
 class StoreWatcher:
@@ -394,16 +418,21 @@ def cancel_queued(client, job_ids: list[str]) -> int:
     return cancelled
 
 
-def outcome_of(job) -> Outcome:
-    """What the client read of a job: its verdict, speedup, latency and stages."""
+def outcome_of(job, origin=None) -> Outcome:
+    """What the client read of a job: its verdict, speedup, latency, stages and, from `origin` (the batch's
+    first submit), its timeline."""
     if job.result is None:
         return Outcome(verdict=f"job {job.status.value}")
     result = job.result
     latency = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
     compile_info = result.extra.compile_baseline
     error = f"{result.error.kind}: {result.error.message[:400]}" if result.error else None
+    moments = {"claimed": job.building_at, "built": job.built_at, "running": job.running_at,
+               "finished": job.finished_at}
+    timeline = {name: round((at - origin).total_seconds(), 2) for name, at in moments.items()
+                if at is not None and origin is not None}
     return Outcome(verdict=result.status.value, speedup=result.speedup, latency_s=latency, stages=dict(result.stages),
-                   error=error,
+                   error=error, device_wait_s=result.extra.device_wait_s, timeline=timeline,
                    reference_cache=result.extra.reference_cache,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None)
 
@@ -430,7 +459,7 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
             def record(jobs) -> list[str]:
                 for job in jobs:
                     if job.finished and ids[job.id] not in phase.outcomes:
-                        phase.outcomes[ids[job.id]] = outcome_of(job)
+                        phase.outcomes[ids[job.id]] = outcome_of(job, first_submit)
                         phase.wall_s = max(phase.wall_s, (job.finished_at - first_submit).total_seconds())
                 return [job.id for job in jobs if not job.finished]
 

@@ -368,6 +368,9 @@ class ResultNotes(BaseModel):
     triton_cache: Literal["published", "not kept"] | None = None
     retried_alone: str | None = Field(
         default=None, description="Why the job ran a second pass alone on the device.")
+    device_wait_s: float | None = Field(
+        default=None, description="Seconds the job's device stages waited for their hold on the device (behind "
+                                  "other jobs' timing, or held back by the card's memory); not in `stages`.")
 
     @model_serializer(mode="wrap")
     def _written_sections(self, handler: SerializerFunctionWrapHandler):  # no return type: the schema stays the fields'

@@ -64,6 +64,9 @@ def test_every_stage_a_cpu_evaluation_notifies_and_times_is_a_stage(settings):
     assert holds[Stage.timing_setup] == holds[Stage.timing_check] == (1, False)
     assert holds[Stage.timing] == (0, True)
     assert {"timing_setup", "timing", "timing_check"} <= set(result.stages)
+    # Where the device time went, step by step: the judge's inputs handed over, the module loaded, its call, the
+    # runner taken from the warm pool and stopped afterwards, and the kernel trace of the passed outputs.
+    assert {"inputs", "load", "candidate", "runner_take", "cleanup", "trace"} <= set(result.stages), result.stages
     # The result's stages: plain strings, each a stage's name.
     assert result.stages and all(type(name) is str and Stage(name) for name in result.stages), result.stages
     assert set(json.loads(result.model_dump_json())["stages"]) == set(result.stages)

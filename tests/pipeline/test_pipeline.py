@@ -4,6 +4,7 @@ priority among prepared jobs, and prepared jobs returned to the queue at stop.""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -116,6 +117,7 @@ def test_timing_is_exclusive_while_correctness_shares_the_device(store, engine, 
     pool.wake()
     # A new job does not start its correctness stages while a timing waits.
     assert schedule.wait_until(lambda s: s.waiting_shared == 1, WAIT_S)
+    c_waiting_since = time.monotonic()
     assert engine.seen.at_stage["C"] == "build"  # prepared, not on the device
 
     a_compare.set()
@@ -127,9 +129,13 @@ def test_timing_is_exclusive_while_correctness_shares_the_device(store, engine, 
     timing_gates[first].set()
     engine.wait_for(lambda seen: seen.timing_now == {second})
     timing_gates[second].set()
+    c_held_back_s = time.monotonic() - c_waiting_since  # C cannot start before the second timing has ended
 
     done = finished.wait_for(3)
     assert {job.status for job in done.values()} == {"done"}
+    # The result says how long each job waited for its hold on the device: C, at least as long as it was held back.
+    waits = {job.submission["candidate"]: job.result["extra"]["device_wait_s"] for job in done.values()}
+    assert waits["C"] >= c_held_back_s, waits
     assert engine.seen.max_timing_at_once == 1
     assert engine.seen.shared_during_timing == [0, 0, 0]
 

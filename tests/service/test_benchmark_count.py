@@ -18,6 +18,13 @@ def test_the_benchmark_reads_every_job_the_server_finished(tmp_path):
     assert phase.server_finished == 4, phase.note
     assert len(phase.outcomes) == 4 and phase.count_error is None
     assert {o.verdict for o in phase.outcomes.values()} <= {"ok", "incorrect"}
+    # Each job's moments, from the batch's first submit, in the order the pipeline moves it; and its waits for
+    # the device (the server's own measure), as the GPU analysis reads them.
+    for name, outcome in phase.outcomes.items():
+        moments = [outcome.timeline[m] for m in ("claimed", "built", "running", "finished")]
+        assert 0 <= moments[0] <= moments[1] <= moments[2] <= moments[3] <= phase.wall_s, (name, outcome.timeline)
+        assert outcome.device_wait_s is not None and outcome.device_wait_s >= 0, name
+    assert "host cores" in phase.busy, phase.busy
 
 
 def test_a_budget_cut_batch_still_counts_at_least_what_the_server_finished(tmp_path):

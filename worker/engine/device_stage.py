@@ -176,7 +176,7 @@ class DeviceStage:
         runner: WarmRunner | None = None
         try:
             notify(self.on_stage, Stage.candidate)
-            with self.builder.stage(Stage.candidate):
+            with self.builder.stage(Stage.runner_take):
                 try:
                     runner = pool.take(self.options.limits.run_s)
                 except PoolEmpty as exc:
@@ -190,12 +190,16 @@ class DeviceStage:
         finally:
             self.cache.checkin(entry, healthy=self._judge_healthy)
             if runner is not None:
-                self._publish_triton_cache(runner)
-                # Stopped here, not in the background: its log is complete only once it has exited.
-                runner.session.process.close(grace_s=2.0)
-                self.builder.set_candidate_log(runner.session.logs())
-                pool.retire(runner)
+                with self.builder.stage(Stage.cleanup):
+                    self._publish_triton_cache(runner)
+                    # Stopped here, not in the background: its log is complete only once it has exited.
+                    runner.session.process.close(grace_s=2.0)
+                    self.builder.set_candidate_log(runner.session.logs())
+                    pool.retire(runner)
         result.candidate_log = self.builder.candidate_log
+        cleanup = self.builder.stages.get(Stage.cleanup.value)
+        if cleanup is not None:  # timed after the result was made
+            result.stages[Stage.cleanup.value] = cleanup
         return result
 
     def _publish_triton_cache(self, runner: WarmRunner) -> None:
@@ -328,18 +332,22 @@ class DeviceStage:
         session = runner.session
         deadline = time.monotonic() + opts.limits.run_s
         judge_deadline = time.monotonic() + opts.limits.run_s
-        with self.builder.stage(Stage.candidate):
-            if self.prepared.ext_dir is not None and runner.ext_dir is not None:
-                build.private_copy(self.prepared.ext_dir, runner.ext_dir)
+        # Timed in three parts (each a stage of its own in the result): the judge's inputs, the module's load
+        # in the runner, and the call itself.
+        with self.builder.stage(Stage.inputs):
             inputs = self._judge_call("sending the inputs", lambda: judge.inputs(judge_deadline))
-            session.process.max_payload_bytes = 2 * generated.reply_bytes + REPLY_SLACK_BYTES
-            try:
+        session.process.max_payload_bytes = 2 * generated.reply_bytes + REPLY_SLACK_BYTES
+        try:
+            with self.builder.stage(Stage.load):
+                if self.prepared.ext_dir is not None and runner.ext_dir is not None:
+                    build.private_copy(self.prepared.ext_dir, runner.ext_dir)
                 session.load(self.prepared.request.candidate, deadline, cpu_s=int(opts.limits.run_s * 4) + 60)
+            with self.builder.stage(Stage.candidate):
                 done = session.request(Run(init_seed=entry.seeds["init_seed"], poison_bytes=2 * generated.output_bytes,
                                            payload=inputs.payload), RunDone, deadline)
-            except UserFailure as failure:
-                self._note_memory(failure)
-                raise _JobEnds(self.builder.candidate_failure(failure, during="run")) from failure
+        except UserFailure as failure:
+            self._note_memory(failure)
+            raise _JobEnds(self.builder.candidate_failure(failure, during="run")) from failure
         self.builder.compiled = True
         return CandidateRun(done=done, tampered=list(done.tampered), deadline=deadline, judge_deadline=judge_deadline)
 
@@ -375,7 +383,8 @@ class DeviceStage:
         if not report.passed or self._shape_failure:
             return []
         try:
-            traced = runner.session.request(Trace(), Traced, run.deadline)
+            with self.builder.stage(Stage.trace):
+                traced = runner.session.request(Trace(), Traced, run.deadline)
         except UserFailure as failure:
             self._note_memory(failure)
             raise _JobEnds(self.builder.candidate_failure(failure, during="kernel trace")) from failure

@@ -24,8 +24,16 @@ class Stage(str, Enum):
     timing_setup = "timing_setup"
     timing = "timing"
     timing_check = "timing_check"
-    # Timed only: the torch.compile baseline runs inside the compare stage's (shared) hold.
+    # Timed only, inside the hold of the stage around them: the torch.compile baseline (compare's), the wait
+    # for a warm candidate runner, the judge's inputs handed over and the candidate's module loaded (the
+    # candidate stage's, before its call), the kernel trace (compare's), and the runner's stop with its
+    # Triton cache published (after the job's last device stage).
     compile_baseline = "compile_baseline"
+    runner_take = "runner_take"
+    inputs = "inputs"
+    load = "load"
+    trace = "trace"
+    cleanup = "cleanup"
     # Notified only: the score is computed on the host.
     reward = "reward"
     # Notified only: waits inside a job's device stages that must not hold the device, for its problem's

@@ -10,6 +10,7 @@ crash), with the reason in `error`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -176,11 +177,15 @@ def execute_ready(store: JobStore, ready: ReadyJob, settings: Any, engine: Engin
     Returns the final record, or None when this attempt no longer owns the job.
     """
     job = ready.job
+    waited_s = 0.0
 
     def on_stage(stage: str) -> None:
+        nonlocal waited_s
         if progress is not None:
             progress()
+        entered = time.monotonic()
         lease.enter(stage)  # may wait: another job is timing on this device
+        waited_s += time.monotonic() - entered
         if progress is not None:
             progress()  # and again once it has the device
         if stage not in BUILD_STAGES:
@@ -194,6 +199,7 @@ def execute_ready(store: JobStore, ready: ReadyJob, settings: Any, engine: Engin
         return _failed(store, job, f"the evaluation engine crashed: {type(exc).__name__}: {exc}")
     finally:
         lease.release()
+    result.extra.device_wait_s = round(waited_s, 3)
     return _record(store, job, ready.problem, result)
 
 
