@@ -144,3 +144,79 @@ def test_the_gpu_monitor_integrates_busy_time_and_keeps_the_memory_peak():
     assert gpu0.busy_s == 1.0 and gpu1.busy_s == 0.0
     assert gpu0.memory_peak == 0.95 and gpu0.memory_share == 0.25
     assert monitor.reading(1).memory_used_bytes == 1000 * 1024**2
+
+
+def _timing_in_thread(schedule: GpuSchedule, order: list[str], name: str):
+    """A job that enters its timing stage on a thread of its own and leaves it at once, noting its turn."""
+    import threading
+
+    def run() -> None:
+        lease = schedule.lease()
+        lease.enter("timing")
+        order.append(name)
+        lease.release()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_on_a_busy_device_timings_gather_before_it_drains_and_then_run_one_after_another():
+    import threading
+
+    schedule = GpuSchedule("gpu0", sharers=8, timing_defer_s=600.0)
+    assert schedule.timing_batch == 4
+    holder = schedule.lease()
+    holder.enter("candidate")  # a correctness stage on the device
+    order: list[str] = []
+    waiting = [_timing_in_thread(schedule, order, f"timing{i}") for i in range(3)]
+    assert schedule.wait_until(lambda s: s.waiting_exclusive == 3, timeout=10)
+    assert not schedule.state().draining
+    other = schedule.lease()
+    other.enter("compare")  # three timings wait, fewer than the batch: correctness stages still start
+    assert schedule.state().shared == 2
+    other.release()
+    waiting.append(_timing_in_thread(schedule, order, "timing3"))  # the fourth starts the drain
+    assert schedule.wait_until(lambda s: s.draining and s.waiting_exclusive == 4, timeout=10)
+    late = threading.Thread(target=lambda: (other.enter("compare"), order.append("shared")), daemon=True)
+    late.start()
+    assert schedule.wait_until(lambda s: s.waiting_shared == 1, timeout=10)
+    assert order == [] and schedule.drains == 1  # draining: the holder's stage ends first
+    holder.release()
+    for thread in [*waiting, late]:
+        thread.join(10)
+    assert sorted(order[:4]) == [f"timing{i}" for i in range(4)] and order[4] == "shared", order
+    assert schedule.drains == 1 and not schedule.state().draining
+    other.release()
+
+
+def test_a_lone_waiting_timing_drains_the_device_after_its_deferral_at_most():
+    schedule = GpuSchedule("gpu0", sharers=8, timing_defer_s=0.2)
+    holder = schedule.lease()
+    holder.enter("compare")
+    order: list[str] = []
+    waiting = _timing_in_thread(schedule, order, "timing")
+    # No other timing comes: its wait ends the deferral, and the device drains for it alone.
+    assert schedule.wait_until(lambda s: s.draining, timeout=30)
+    holder.release()
+    waiting.join(10)
+    assert order == ["timing"] and not schedule.state().draining
+
+
+def test_a_timing_on_an_idle_device_never_waits_for_others_to_gather():
+    schedule = GpuSchedule("gpu0", sharers=8, timing_defer_s=600.0)
+    order: list[str] = []
+    _timing_in_thread(schedule, order, "timing").join(10)  # nothing holds the device: nothing to defer for
+    assert order == ["timing"]
+
+
+def test_without_a_deferral_or_with_two_sharers_a_waiting_timing_drains_at_once():
+    for schedule in (GpuSchedule("gpu0", sharers=8), GpuSchedule("gpu0", sharers=2, timing_defer_s=600.0)):
+        holder = schedule.lease()
+        holder.enter("compare")
+        order: list[str] = []
+        waiting = _timing_in_thread(schedule, order, "timing")
+        assert schedule.wait_until(lambda s: s.draining and s.waiting_exclusive == 1, timeout=10)
+        holder.release()
+        waiting.join(10)
+        assert order == ["timing"]

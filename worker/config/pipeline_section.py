@@ -8,7 +8,17 @@ from pydantic import Field, field_validator
 
 from worker.config.env_section import EnvSection
 
+# Jobs in device stages at once per device when the configuration leaves it unset. On a GPU the
+# correctness stages are mostly host work (pipe copies, module loads, judge and runner starts: the card
+# was 4-11% busy with 2 or 8 jobs on it, benchmarks/results/throughput_gpu_2026-11-26_h200.md), so many
+# share it; the card's memory is admitted by measurement (gpu_schedule). A CPU worker's jobs share its cores.
 DEFAULT_DEVICE_CONCURRENCY = 2
+DEFAULT_GPU_CONCURRENCY = 8
+# A job waiting to time lets the others' correctness stages go on at most this long, while more timings
+# gather for one drain of the device (worker/engine/gpu_schedule.py); 0: every timing drains it at once.
+# Off by default: 10 s did not raise the rate on an H200 with 8 jobs (1001/h against 1018/h on rl-again) and
+# moved the waits onto the timed jobs (benchmarks/results/throughput_gpu_2026-11-26_h200.md).
+DEFAULT_TIMING_DEFER_S = 0.0
 # Claims in a row of one problem while other problems wait (worker/jobs/claim_policy.py).
 DEFAULT_BURST = 16
 # A lane with jobs and no stage transition for this long is stalled (worker/jobs/watchdog.py). Above
@@ -19,9 +29,10 @@ DEFAULT_STALL_S = 1800.0
 
 
 class PipelineSection(EnvSection):
-    # Jobs in device stages at once per device.
-    device_concurrency: int = Field(DEFAULT_DEVICE_CONCURRENCY,
-                                    validation_alias="KERNELJUDGE_DEVICE_CONCURRENCY")
+    # Jobs in device stages at once per device; None: DEFAULT_GPU_CONCURRENCY on a GPU, else
+    # DEFAULT_DEVICE_CONCURRENCY (concurrency_for).
+    device_concurrency: int | None = Field(None, validation_alias="KERNELJUDGE_DEVICE_CONCURRENCY")
+    timing_defer_s: float = Field(DEFAULT_TIMING_DEFER_S, validation_alias="KERNELJUDGE_TIMING_DEFER_S")
     # Jobs per device being prepared or prepared and waiting; None: max(device concurrency, build slots).
     prepare_ahead: int | None = Field(None, validation_alias="KERNELJUDGE_PREPARE_AHEAD")
     # Prepare (validate + build) threads per process; None: build slots + 2.
@@ -37,7 +48,13 @@ class PipelineSection(EnvSection):
     def _at_least_one(cls, value: int | None) -> int | None:
         return None if value is None else max(1, value)
 
-    @field_validator("stall_s")
+    @field_validator("stall_s", "timing_defer_s")
     @classmethod
     def _not_negative(cls, value: float) -> float:
         return max(0.0, value)
+
+    def concurrency_for(self, device: str) -> int:
+        """Jobs in device stages at once on a device of this kind ("cuda" or "cpu")."""
+        if self.device_concurrency is not None:
+            return self.device_concurrency
+        return DEFAULT_GPU_CONCURRENCY if device == "cuda" else DEFAULT_DEVICE_CONCURRENCY

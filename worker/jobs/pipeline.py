@@ -74,6 +74,7 @@ class PipelineConfig:
     prepare_threads: int = 3  # prepare (validate + build) threads per process
     claim_burst: int = DEFAULT_BURST  # claims in a row of one problem while others wait (claim_policy)
     stall_s: float = DEFAULT_STALL_S  # a lane with jobs and no progress this long is restarted; 0: never
+    timing_defer_s: float = 0.0  # how long a waiting timing lets other jobs go on (gpu_schedule); 0: not at all
 
     @property
     def capacity(self) -> int:
@@ -93,21 +94,23 @@ class PipelineConfig:
         return self.device_concurrency + min(self.prepare_ahead, 2) if device == "cuda" else 1
 
     @classmethod
-    def from_config(cls, config: KernelJudgeConfig) -> PipelineConfig:
-        """The configuration's pipeline section, with what it leaves unset sized to the build slots.
+    def from_config(cls, config: KernelJudgeConfig, device: str | None = None) -> PipelineConfig:
+        """The configuration's pipeline section for lanes of `device` (default: the Celery worker's
+        device), with what it leaves unset sized to the device and the build slots.
 
-        By default a device runs 2 jobs' correctness stages at once, and enough jobs are prepared
-        ahead to keep every build slot of the node busy for it. Prepare threads outnumber build
-        slots so that a Triton candidate's prepare (milliseconds) never waits behind CUDA builds.
+        By default a GPU runs 8 jobs' correctness stages at once and a CPU worker 2
+        (PipelineSection.concurrency_for), and enough jobs are prepared ahead to keep every build slot
+        of the node busy for it. Prepare threads outnumber build slots so that a Triton candidate's
+        prepare (milliseconds) never waits behind CUDA builds.
         """
         section = config.pipeline
         slots = build_slots(EngineSettings.from_config(config))
-        concurrency = section.device_concurrency
+        concurrency = section.concurrency_for(device or section.worker_device)
         ahead, threads = section.prepare_ahead, section.prepare_threads
         return cls(device_concurrency=concurrency,
                    prepare_ahead=ahead if ahead is not None else max(concurrency, slots),
                    prepare_threads=threads if threads is not None else slots + 2,
-                   claim_burst=section.claim_burst, stall_s=section.stall_s)
+                   claim_burst=section.claim_burst, stall_s=section.stall_s, timing_defer_s=section.timing_defer_s)
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,9 @@ class DeviceLane:
         """The lane's device schedule; on a GPU it admits shared stages by the card's measured memory."""
         gpu = self.identity.gpu
         memory = memory_share_of(int(gpu)) if self.identity.device == "cuda" and gpu and gpu.isdigit() else None
-        return GpuSchedule(self.identity.name, self.pipeline.config.device_concurrency, memory_share=memory)
+        config = self.pipeline.config
+        return GpuSchedule(self.identity.name, config.device_concurrency, memory_share=memory,
+                           timing_defer_s=config.timing_defer_s)
 
     # ---- what to claim --------------------------------------------------------------------
 
@@ -524,7 +529,8 @@ class JobPipeline:
         own (`config`) and each lane's engine settings are made from it unless given."""
         self.store = store
         self.process_config = process_config if process_config is not None else load_config()
-        self.config = config or PipelineConfig.from_config(self.process_config)
+        self.config = config or PipelineConfig.from_config(self.process_config,
+                                                           identities[0].device if identities else None)
         self.engine = engine or real_engine()
         self.on_finished = on_finished
         self.settings_factory = settings_factory or functools.partial(engine_settings_for,
