@@ -135,7 +135,7 @@ def test_timing_is_exclusive_while_correctness_shares_the_device(store, engine, 
     assert {job.status for job in done.values()} == {"done"}
     # The result says how long each job waited for its hold on the device: C, at least as long as it was held back.
     waits = {job.submission["candidate"]: job.result["extra"]["device_wait_s"] for job in done.values()}
-    assert waits["C"] >= c_held_back_s, waits
+    assert waits["C"] >= round(c_held_back_s, 3) - 0.001, (waits, c_held_back_s)  # stored to the millisecond
     assert engine.seen.max_timing_at_once == 1
     assert engine.seen.shared_during_timing == [0, 0, 0]
 

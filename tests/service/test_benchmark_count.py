@@ -22,7 +22,8 @@ def test_the_benchmark_reads_every_job_the_server_finished(tmp_path):
     # the device (the server's own measure), as the GPU analysis reads them.
     for name, outcome in phase.outcomes.items():
         moments = [outcome.timeline[m] for m in ("claimed", "built", "running", "finished")]
-        assert 0 <= moments[0] <= moments[1] <= moments[2] <= moments[3] <= phase.wall_s, (name, outcome.timeline)
+        # (moments are rounded to 10 ms, the wall is not)
+        assert 0 <= moments[0] <= moments[1] <= moments[2] <= moments[3] <= phase.wall_s + 0.01, (name, outcome.timeline)
         assert outcome.device_wait_s is not None and outcome.device_wait_s >= 0, name
     assert "host cores" in phase.busy, phase.busy
 
