@@ -40,25 +40,12 @@ def test_a_gpu_lane_shares_its_device_among_more_jobs_than_a_cpu_worker_unless_c
     from worker.config.tree import load_config
 
     monkeypatch.delenv("KERNELJUDGE_DEVICE_CONCURRENCY", raising=False)
-    monkeypatch.setenv("KERNELJUDGE_TIMING_DEFER_S", "4.5")
     config = load_config()
     gpu, cpu = PipelineConfig.from_config(config, "cuda"), PipelineConfig.from_config(config, "cpu")
     assert (gpu.device_concurrency, cpu.device_concurrency) == (DEFAULT_GPU_CONCURRENCY, DEFAULT_DEVICE_CONCURRENCY)
-    assert gpu.device_concurrency > cpu.device_concurrency and gpu.timing_defer_s == 4.5
+    assert gpu.device_concurrency > cpu.device_concurrency
     monkeypatch.setenv("KERNELJUDGE_WORKER_DEVICE", "cuda")  # a Celery worker's device, when none is named
     assert PipelineConfig.from_config(load_config()).device_concurrency == DEFAULT_GPU_CONCURRENCY
     monkeypatch.setenv("KERNELJUDGE_DEVICE_CONCURRENCY", "3")
     assert PipelineConfig.from_config(load_config(), "cuda").device_concurrency == 3
 
-
-def test_a_lanes_schedule_gathers_timings_as_configured(tmp_path):
-    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    identity = WorkerIdentity("embedded@test:gpu0", "cuda", "0")
-    config = PipelineConfig(device_concurrency=8, prepare_ahead=2, prepare_threads=2, timing_defer_s=7.0)
-    pipeline = JobPipeline(store, [identity], config, engine=EngineCalls(prepare=None, execute=None))
-    try:
-        schedule = pipeline.lanes[0].schedule
-        assert (schedule.sharers, schedule.timing_batch, schedule.timing_defer_s) == (8, 4, 7.0)
-    finally:
-        pipeline.stop(timeout_s=1)
-        store.close()

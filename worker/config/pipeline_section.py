@@ -14,11 +14,6 @@ from worker.config.env_section import EnvSection
 # share it; the card's memory is admitted by measurement (gpu_schedule). A CPU worker's jobs share its cores.
 DEFAULT_DEVICE_CONCURRENCY = 2
 DEFAULT_GPU_CONCURRENCY = 8
-# A job waiting to time lets the others' correctness stages go on at most this long, while more timings
-# gather for one drain of the device (worker/engine/gpu_schedule.py); 0: every timing drains it at once.
-# Off by default: 10 s did not raise the rate on an H200 with 8 jobs (1001/h against 1018/h on rl-again) and
-# moved the waits onto the timed jobs (benchmarks/results/throughput_gpu_2026-11-26_h200.md).
-DEFAULT_TIMING_DEFER_S = 0.0
 # Claims in a row of one problem while other problems wait (worker/jobs/claim_policy.py).
 DEFAULT_BURST = 16
 # A lane with jobs and no stage transition for this long is stalled (worker/jobs/watchdog.py). Above
@@ -32,7 +27,6 @@ class PipelineSection(EnvSection):
     # Jobs in device stages at once per device; None: DEFAULT_GPU_CONCURRENCY on a GPU, else
     # DEFAULT_DEVICE_CONCURRENCY (concurrency_for).
     device_concurrency: int | None = Field(None, validation_alias="KERNELJUDGE_DEVICE_CONCURRENCY")
-    timing_defer_s: float = Field(DEFAULT_TIMING_DEFER_S, validation_alias="KERNELJUDGE_TIMING_DEFER_S")
     # Jobs per device being prepared or prepared and waiting; None: max(device concurrency, build slots).
     prepare_ahead: int | None = Field(None, validation_alias="KERNELJUDGE_PREPARE_AHEAD")
     # Prepare (validate + build) threads per process; None: build slots + 2.
@@ -48,7 +42,7 @@ class PipelineSection(EnvSection):
     def _at_least_one(cls, value: int | None) -> int | None:
         return None if value is None else max(1, value)
 
-    @field_validator("stall_s", "timing_defer_s")
+    @field_validator("stall_s")
     @classmethod
     def _not_negative(cls, value: float) -> float:
         return max(0.0, value)

@@ -197,9 +197,7 @@ class DeviceStage:
                     self.builder.set_candidate_log(runner.session.logs())
                     pool.retire(runner)
         result.candidate_log = self.builder.candidate_log
-        cleanup = self.builder.stages.get(Stage.cleanup.value)
-        if cleanup is not None:  # timed after the result was made
-            result.stages[Stage.cleanup.value] = cleanup
+        result.stages = dict(self.builder.stages)  # with the cleanup, timed after the result was made
         return result
 
     def _publish_triton_cache(self, runner: WarmRunner) -> None:

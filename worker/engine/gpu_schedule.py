@@ -2,16 +2,8 @@
 
 A readers-writer lock per GPU (or per CPU worker). Stages that may overlap with other jobs'
 (reference, candidate, compare) hold it *shared*; timing holds it *exclusive*, so no other
-job's work runs on the device while a job is timed. Timing is preferred once the device *drains*
-for it: no new shared stage starts, so a steady stream of correctness work cannot starve it.
-
-A drain costs every job on the device the rest of its current stage (seconds of pipe copies and
-module loads while the device itself idles), so on a device shared by many jobs timings are
-gathered: a drain starts once `timing_batch` jobs wait to time, or the first of them has waited
-`timing_defer_s`, or nothing holds the device; then every waiting timing runs, one after another,
-before shared stages resume. On an H200 with 8 jobs at once, one drain per timed job held jobs 10-45 s
-waiting for the device; gathering (10 s) moved those waits onto the timed jobs without raising the rate,
-so the pipeline's default leaves it off (benchmarks/results/throughput_gpu_2026-11-26_h200.md).
+job's work runs on the device while a job is timed. Timing is preferred: once a job waits to
+time, no new shared stage starts, so a steady stream of correctness work cannot starve it.
 Memory is admitted by measurement: beside another job, a shared stage starts only while the
 card's measured memory (gpu_monitor) is under MEMORY_ADMIT_SHARE.
 
@@ -27,7 +19,6 @@ it, so taking it inside a job's timing stage does not deadlock.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,7 +44,6 @@ class ScheduleState:
     exclusive: bool  # a job is timing now
     waiting_shared: int
     waiting_exclusive: int
-    draining: bool = False  # no new shared stage starts: the waiting timings run first
 
 
 # A shared stage starts beside other jobs' only while the card's measured memory is under this share
@@ -62,36 +52,22 @@ MEMORY_ADMIT_SHARE = 0.90
 MEMORY_RECHECK_S = 0.25  # memory moves without a notification: re-read it this often while held back
 
 
-def default_timing_batch(sharers: int) -> int:
-    """Waiting timings that start a drain at once: half the jobs the device holds (1 with 2 or fewer:
-    a drain there costs one other job's stage, and timing goes first as it always did)."""
-    return max(1, sharers // 2) if sharers > 2 else 1
-
-
 class GpuSchedule:
     def __init__(self, name: str, sharers: int = 1, memory_share: Callable[[], float | None] | None = None,
-                 memory_limit: float = MEMORY_ADMIT_SHARE, timing_batch: int | None = None,
-                 timing_defer_s: float = 0.0):
-        """`memory_share`: the device's measured used/total memory now (None: not known). `timing_batch`
-        (default: default_timing_batch) and `timing_defer_s` (the pipeline's configuration; 0: a waiting
-        timing drains the device at once): when waiting timings drain the device."""
+                 memory_limit: float = MEMORY_ADMIT_SHARE):
+        """`memory_share`: the device's measured used/total memory now (None: not known)."""
         self.name = name
         # Jobs that may be in device stages at once: the engine may size per-job memory caps from it.
         self.sharers = max(1, sharers)
         self.memory_share = memory_share
         self.memory_limit = memory_limit
-        self.timing_batch = max(1, timing_batch if timing_batch is not None else default_timing_batch(self.sharers))
-        self.timing_defer_s = max(0.0, timing_defer_s)
         self.memory_waits = 0  # shared stages held back by the card's memory
-        self.drains = 0  # times the device drained for waiting timings
         self._cond = threading.Condition()
         self._shared = 0
         self._owner: int | None = None  # thread holding the exclusive lock
         self._depth = 0
         self._waiting_shared = 0
         self._waiting_exclusive = 0
-        self._exclusive_since: list[float] = []  # when each waiting timing began to wait
-        self._draining = False
         self._lane_jobs = 0  # jobs the lane holds (claimed, not finished): the pipeline says
 
     def state(self) -> ScheduleState:
@@ -99,8 +75,7 @@ class GpuSchedule:
             return self._state()
 
     def _state(self) -> ScheduleState:
-        return ScheduleState(self._shared, self._owner is not None, self._waiting_shared, self._waiting_exclusive,
-                             self._draining)
+        return ScheduleState(self._shared, self._owner is not None, self._waiting_shared, self._waiting_exclusive)
 
     def note_lane_jobs(self, count: int) -> None:
         """The lane's pipeline tells how many jobs it holds (building, waiting or on the device)."""
@@ -126,7 +101,7 @@ class GpuSchedule:
             self._cond.notify_all()
             held_back = False
             while True:
-                self._cond.wait_for(lambda: self._owner is None and not self._draining)
+                self._cond.wait_for(lambda: self._owner is None and self._waiting_exclusive == 0)
                 if self._shared == 0 or not self._memory_full():
                     break
                 held_back = True
@@ -154,31 +129,11 @@ class GpuSchedule:
                 self._depth += 1
                 return
             self._waiting_exclusive += 1
-            since = time.monotonic()
-            self._exclusive_since.append(since)
             self._cond.notify_all()
-            while not (self._draining and self._owner is None and self._shared == 0):
-                if not self._draining:
-                    deferred = self._drain_deferred_s()
-                    if deferred <= 0:
-                        self._draining = True
-                        self.drains += 1
-                        self._cond.notify_all()
-                        continue
-                    self._cond.wait(deferred)
-                else:
-                    self._cond.wait()
+            self._cond.wait_for(lambda: self._owner is None and self._shared == 0)
             self._waiting_exclusive -= 1
-            self._exclusive_since.remove(since)
             self._owner, self._depth = me, 1
             self._cond.notify_all()
-
-    def _drain_deferred_s(self) -> float:
-        """How much longer the waiting timings let shared stages go on (<= 0: drain now). Called with the
-        lock held and a timing waiting."""
-        if self._shared == 0 or self._waiting_exclusive >= self.timing_batch:
-            return 0.0
-        return self.timing_defer_s - (time.monotonic() - min(self._exclusive_since))
 
     def release_exclusive(self) -> None:
         with self._cond:
@@ -187,8 +142,6 @@ class GpuSchedule:
             self._depth -= 1
             if self._depth == 0:
                 self._owner = None
-                if self._waiting_exclusive == 0:  # every gathered timing ran: shared stages resume
-                    self._draining = False
                 self._cond.notify_all()
 
     @contextmanager

@@ -74,7 +74,6 @@ class PipelineConfig:
     prepare_threads: int = 3  # prepare (validate + build) threads per process
     claim_burst: int = DEFAULT_BURST  # claims in a row of one problem while others wait (claim_policy)
     stall_s: float = DEFAULT_STALL_S  # a lane with jobs and no progress this long is restarted; 0: never
-    timing_defer_s: float = 0.0  # how long a waiting timing lets other jobs go on (gpu_schedule); 0: not at all
 
     @property
     def capacity(self) -> int:
@@ -110,7 +109,7 @@ class PipelineConfig:
         return cls(device_concurrency=concurrency,
                    prepare_ahead=ahead if ahead is not None else max(concurrency, slots),
                    prepare_threads=threads if threads is not None else slots + 2,
-                   claim_burst=section.claim_burst, stall_s=section.stall_s, timing_defer_s=section.timing_defer_s)
+                   claim_burst=section.claim_burst, stall_s=section.stall_s)
 
 
 @dataclass(frozen=True)
@@ -173,9 +172,7 @@ class DeviceLane:
         """The lane's device schedule; on a GPU it admits shared stages by the card's measured memory."""
         gpu = self.identity.gpu
         memory = memory_share_of(int(gpu)) if self.identity.device == "cuda" and gpu and gpu.isdigit() else None
-        config = self.pipeline.config
-        return GpuSchedule(self.identity.name, config.device_concurrency, memory_share=memory,
-                           timing_defer_s=config.timing_defer_s)
+        return GpuSchedule(self.identity.name, self.pipeline.config.device_concurrency, memory_share=memory)
 
     # ---- what to claim --------------------------------------------------------------------
 

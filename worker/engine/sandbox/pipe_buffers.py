@@ -38,7 +38,8 @@ def _has_sys_resource() -> bool:
 
 
 def _soft_limit_bytes() -> int | None:
-    """fs.pipe-user-pages-soft in bytes; None when there is no limit (0) or it cannot be read."""
+    """fs.pipe-user-pages-soft in bytes (the kernel's default where it cannot be read); None when it is 0 (no
+    limit)."""
     try:
         pages = int(Path("/proc/sys/fs/pipe-user-pages-soft").read_text())
     except (OSError, ValueError):
