@@ -3,8 +3,9 @@ it asks for through the fast path, or the full ninja build when the fast path de
 
 torch's load_inline writes main.cpp, cuda.cu and build.ninja, then calls _run_ninja_build: that one
 call is replaced, so names, directories and files stay exactly torch's. Environment: KJ_SOURCE,
-KJ_MSG_FD, TORCH_EXTENSIONS_DIR, KJ_PCH_ROOT, KJ_BUILD_PATH (auto | full).
-Replies one JSON line (sandbox_side/runtime/messages.py): Built, followed by the built files' bytes
+KJ_MSG_FD and KJ_FD_SOCK (sandbox_side/runtime/channel.py), TORCH_EXTENSIONS_DIR, KJ_PCH_ROOT,
+KJ_BUILD_PATH (auto | full).
+Replies one JSON line (sandbox_side/runtime/messages.py): Built, with the built files' bytes as its payload
 (ext_tree: TORCH_EXTENSIONS_DIR is a size-capped tmpfs, and the supervisor writes the cache entry
 itself), or an ErrorReply with the extensions and the line map beside it.
 """
@@ -12,7 +13,6 @@ itself), or an ErrorReply with the extensions and the line map beside it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import subprocess
@@ -32,6 +32,7 @@ from sandbox_side.build.source_map import SourceMap
 from sandbox_side.build.split import NotSplittable
 from sandbox_side.build.toolchain import Toolchain, find_toolchain
 from sandbox_side.build.torch_support import point_torch_at, torch_has_cuda
+from sandbox_side.runtime.channel import Channel
 from sandbox_side.runtime.failure_kind import FailureKind
 from sandbox_side.runtime.file_tree import (
     pack as pack_tree,  # mounted for builds too (worker/engine/build/builder.py)
@@ -158,7 +159,7 @@ def _capture_sources(session: BuildSession):
 
 
 def main() -> int:
-    channel = os.fdopen(int(os.environ["KJ_MSG_FD"]), "wb")
+    channel = Channel()
     toolchain = find_toolchain()
     cuda_torch = torch_has_cuda()
     if not cuda_torch:
@@ -199,15 +200,9 @@ def main() -> int:
                                f"{type(exc).__name__} while importing the module: {text[:2000]}", detail)
     extensions = [asdict(build) for build in session.builds]
     line_map = session.source_map.to_json()
-    payload = b""
     if error is not None:
-        reply = {**error.to_message(), "extensions": extensions, "line_map": line_map}
+        channel.send_line({**error.to_message(), "extensions": extensions, "line_map": line_map})
     else:
         files, payload = pack_tree(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
-        reply = Built(extensions=extensions, line_map=line_map, files=files).to_message()
-        if payload:
-            reply["payload_bytes"] = len(payload)
-    channel.write((json.dumps(reply) + "\n").encode())
-    channel.write(payload)
-    channel.flush()
+        channel.reply_bytes(Built(extensions=extensions, line_map=line_map, files=files), payload)
     return 0

@@ -3,9 +3,10 @@
 A judge never runs candidate code. It generates the input sets from the seeds it is given, runs
 the reference on them (with its float64 ground truth, the degenerate-reference perturbation, the
 doubled-batch trial and the probe trials, see probe_inputs), and keeps everything in its own
-memory, outputs on its device. A
-candidate's outputs arrive as bytes over the pipe (see wire); the judge reads only tensors whose
-shape and dtype are the ones it expects, into fresh storage of its own, then compares on its
+memory, outputs on its device; its input sets are sealed once (wire.seal) and the same sealed memory
+file goes to every candidate. A candidate's outputs arrive in a sealed memory file of the candidate's
+(see wire); the judge copies out only tensors whose shape and dtype are the ones it expects, into fresh
+storage of its own, then compares on its
 device with the comparison code of this package (correctness, probes, discrimination, input_checks, precision).
 It replies with the report as plain data; the supervisor validates it.
 
@@ -34,6 +35,7 @@ from sandbox_side.judging.input_checks import check_inputs
 from sandbox_side.judging.precision import floating_values, precision_check, reduction_length
 from sandbox_side.judging.probe_inputs import PROBE_KINDS, probe_inputs
 from sandbox_side.judging.shape_variant import input_bytes, input_shapes, wider_batch_plans
+from sandbox_side.runtime import wire
 from sandbox_side.runtime.failure_kind import FailureKind
 from sandbox_side.runtime.loader import UserCodeError, classify, clone_args, to_device
 from sandbox_side.runtime.messages import (
@@ -116,6 +118,8 @@ class JudgeRunner(Runner):
         self.variant_changes: list[list] = []
         self.ref_variants: list[list[Outputs]] | None = None
         self.variants_skipped: str | None = None
+        # The input sets as the reference ran them, sealed once (op_generate) and sent to every candidate.
+        self.sealed_inputs: wire.SealedTensors | None = None
 
     def handlers(self) -> dict[type[Command], Handler]:
         return {**super().handlers(), Generate: self.op_generate, Inputs: self.op_inputs, Compare: self.op_compare,
@@ -174,6 +178,9 @@ class JudgeRunner(Runner):
         double.close()
         self.pool = [to_device(a, self.device) for a in pool]
         measured = self._physics(command.physics_measures)
+        # The probes run as further trials: nothing in a candidate's run tells them apart.
+        self.sealed_inputs = wire.seal({"init_inputs": init_inputs, "trials": trials + [p.args for p in self.probes],
+                                        "pool": pool, "shape_trials": shape_inputs})
         self.channel.reply(Generated(
             shape_trial=self.shape_info, perturbed_trials=self.perturbed, physics=measured, trials_sized=self.sized,
             truth_skipped=truth_skipped, tampered=self.integrity.changed(),
@@ -312,10 +319,7 @@ class JudgeRunner(Runner):
         return [], [], {"skipped": "the reference does not accept a doubled batch (" + "; ".join(refused) + ")"}
 
     def op_inputs(self, command: Inputs) -> None:
-        # The probes run as further trials: nothing in a candidate's run tells them apart.
-        trials = self.trial_inputs + [p.args for p in self.probes]
-        self.channel.reply(InputsDone(), tensors={"init_inputs": self.init_inputs, "trials": trials,
-                                                  "pool": self.pool_inputs, "shape_trials": self.shape_inputs})
+        self.channel.reply_sealed(InputsDone(), self.sealed_inputs)
 
     # -- compare -----------------------------------------------------------------------
     def _choose_run_reply(self, value: object) -> None:

@@ -3,7 +3,8 @@
 On the wire (as it always was): a command is one JSON line {"op": NAME, field: value, ...} on the runner's
 stdin, a reply one JSON line {"event": NAME, field: value, ...} on its reply channel (channel.py). A
 message that carries tensors (wire.py) or a packed folder (file_tree.py) says so in "payload" (the tensors'
-description; none for a folder) and "payload_bytes", and that many bytes follow its line (`Payload`).
+description; none for a folder) and "payload_bytes", and that many bytes are in a sealed memory file whose
+descriptor comes just before the line (sealed_payload.py, `Payload`).
 
 Both sides build messages from these classes (`to_message`) and read them back into them (`decode`),
 which checks every field's type: a message that is not one of ours (an unknown name, a field missing or of
@@ -27,6 +28,7 @@ from enum import Enum
 from typing import Any, ClassVar, TypeVar, Union
 
 from sandbox_side.runtime.failure_kind import FailureKind
+from sandbox_side.runtime.sealed_payload import SealedBuffer
 
 M = TypeVar("M", bound="Message")
 
@@ -37,13 +39,23 @@ class MessageError(ValueError):
 
 @dataclass
 class Payload:
-    """The bytes that follow a message's line: tensors (`description` is wire.pack's description of them) or
-    a packed folder (no description). The supervisor holds them (`data`) and passes them on as they came; a
-    runner reads them from its pipe itself (channel.Channel.read_payload), so for it `data` is None."""
+    """A message's payload: tensors (`description` is wire.pack's description of them) or a packed folder
+    (no description), `nbytes` of them in a sealed memory file. The supervisor holds that file (`buffer`) and
+    passes it on as it came; a runner takes it from its channel itself (channel.Channel.read_payload), so for
+    it `buffer` is None."""
 
     nbytes: int
     description: dict[str, Any] | None = None
-    data: bytes | bytearray | None = None
+    buffer: SealedBuffer | None = None
+
+    def read(self) -> bytes:
+        """The bytes (of a packed folder: tensors are copied out by wire.read_tensors)."""
+        return self.buffer.read() if self.buffer is not None else b""
+
+    def release(self) -> None:
+        """Close this process's descriptor of the file (the memory goes once no process holds it)."""
+        if self.buffer is not None:
+            self.buffer.close()
 
 
 @dataclass
@@ -58,6 +70,11 @@ class Message:
         """The payload this message carries (a `payload` field, in the classes that have one)."""
         value = getattr(self, "payload", None)
         return value if isinstance(value, Payload) else None
+
+    def release(self) -> None:
+        """Let this message's payload go (Payload.release), once it was passed on or read."""
+        if self.carried is not None:
+            self.carried.release()
 
     def to_message(self) -> dict[str, Any]:
         """The JSON line's object (without the payload's bytes, which follow it)."""
@@ -74,9 +91,9 @@ class Message:
         return out
 
     @classmethod
-    def decode(cls: type[M], message: dict[str, Any], data: bytes | bytearray | None = None) -> M:
-        """This message's object from a JSON line's object (and the bytes that followed it, where the caller
-        read them); MessageError when it is not one. Fields the class does not know are ignored."""
+    def decode(cls: type[M], message: dict[str, Any], buffer: SealedBuffer | None = None) -> M:
+        """This message's object from a JSON line's object (and its payload's sealed memory file, where the
+        caller received it); MessageError when it is not one. Fields the class does not know are ignored."""
         if not isinstance(message, dict):
             raise MessageError("a message that is not an object")
         cls._check_name(message)
@@ -84,7 +101,7 @@ class Message:
         values: dict[str, Any] = {}
         for item in dataclasses.fields(cls):
             if item.name == "payload":
-                values["payload"] = _payload(message, data)
+                values["payload"] = _payload(message, buffer)
             elif item.name in message:
                 values[item.name] = _checked(message[item.name], hints[item.name], item.name)
             elif item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
@@ -459,7 +476,7 @@ def _hints(cls: type) -> dict[str, Any]:
     return hints
 
 
-def _payload(message: dict[str, Any], data: bytes | bytearray | None) -> Payload | None:
+def _payload(message: dict[str, Any], buffer: SealedBuffer | None) -> Payload | None:
     description, nbytes = message.get("payload"), message.get("payload_bytes", 0)
     if type(nbytes) is not int or nbytes < 0:
         raise MessageError(f"payload_bytes is {nbytes!r}, not a byte count")
@@ -467,9 +484,9 @@ def _payload(message: dict[str, Any], data: bytes | bytearray | None) -> Payload
         raise MessageError("the payload's description is not an object")
     if description is None and not nbytes:
         return None
-    if data is not None and len(data) != nbytes:
-        raise MessageError(f"{len(data)} payload bytes, {nbytes} announced")
-    return Payload(nbytes, description, data)
+    if buffer is not None and buffer.nbytes != nbytes:
+        raise MessageError(f"{buffer.nbytes} payload bytes, {nbytes} announced")
+    return Payload(nbytes, description, buffer)
 
 
 def _checked(value: Any, hint: Any, where: str) -> Any:

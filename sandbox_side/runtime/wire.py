@@ -1,21 +1,22 @@
-"""Values with tensors over the runners' pipes: a JSON description first, then the raw bytes.
+"""Values with tensors between processes: a JSON description, and the raw bytes in a sealed memory file.
 
-No tensor goes through a file. A packed value is a JSON tree in which every tensor is replaced by
-{"t": index} and described in a list of specs (dtype, shape, nbytes); the bytes of all tensors
-follow the message line on the same pipe, in that order. The receiver reads the description,
-decides which tensors it will take (the judge takes only those whose shape and dtype are the ones
-it expects) and only then allocates: each taken tensor is read straight from the pipe into its own
-fresh storage (a copy, never a mapping of the sender's memory); the others are skipped in bounded
-chunks and stand as meta tensors, which have a shape and a dtype but no data.
+A packed value is a JSON tree in which every tensor is replaced by {"t": index} and described in a list of
+specs (dtype, shape, nbytes); the bytes of all tensors, in that order, fill one sealed memory file
+(sealed_payload), whose descriptor goes beside the message line that carries the description. The receiver
+reads the description, decides which tensors it will take (the judge takes only those whose shape and dtype
+are the ones it expects) and only then allocates: each taken tensor is copied into its own fresh storage
+(never a mapping of the sender's memory); the others stand as meta tensors, which have a shape and a dtype
+but no data.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
 
 import torch
+
+from sandbox_side.runtime.sealed_payload import PayloadError, SealedBuffer
 
 DTYPES: dict[str, torch.dtype] = {
     str(dtype): dtype for dtype in (
@@ -25,7 +26,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 MAX_DIMS = 16
 MAX_TREE_DEPTH = 32
-SKIP_CHUNK = 1 << 20
 
 
 class WireError(ValueError):
@@ -54,7 +54,7 @@ class Pending:
 
 # -- sending ---------------------------------------------------------------------------------
 def pack(value: object) -> tuple[dict, list[torch.Tensor]]:
-    """(description, tensors in order); tensors become contiguous CPU copies."""
+    """(description, tensors in order, detached: where they are, as they are)."""
     tensors: list[torch.Tensor] = []
 
     def walk(item: object, depth: int) -> object:
@@ -64,7 +64,7 @@ def pack(value: object) -> tuple[dict, list[torch.Tensor]]:
             tensor = torch.Tensor.detach(item)
             if str(tensor.dtype) not in DTYPES:
                 raise WireError(f"tensors of dtype {tensor.dtype} cannot be exchanged")
-            tensors.append(tensor.cpu().contiguous())
+            tensors.append(tensor)
             return {"t": len(tensors) - 1}
         if isinstance(item, list):
             return {"l": [walk(x, depth + 1) for x in item]}
@@ -83,11 +83,29 @@ def pack(value: object) -> tuple[dict, list[torch.Tensor]]:
     return {"tree": tree, "tensors": specs}, tensors
 
 
-def write_tensors(stream: BinaryIO, tensors: list[torch.Tensor]) -> None:
-    for tensor in tensors:
-        if tensor.numel():
-            stream.write(tensor.reshape(-1).view(torch.uint8).numpy().data)
-    stream.flush()
+@dataclass
+class SealedTensors:
+    """A packed value: its description, and its tensors' bytes sealed (None when they have none)."""
+
+    description: dict
+    buffer: SealedBuffer | None
+
+
+def seal(value: object) -> SealedTensors:
+    """`value` packed: each tensor's bytes copied (from its device) straight into one new sealed memory file."""
+    description, tensors = pack(value)
+
+    def fill(view: memoryview) -> None:
+        offset = 0
+        for tensor in tensors:
+            size = tensor.numel() * tensor.element_size()
+            if size:
+                torch.frombuffer(view, dtype=torch.uint8, count=size, offset=offset).copy_(
+                    tensor.reshape(-1).view(torch.uint8))
+                offset += size
+
+    nbytes = payload_bytes(description)
+    return SealedTensors(description, SealedBuffer.create(nbytes, fill) if nbytes else None)
 
 
 def payload_bytes(description: dict) -> int:
@@ -139,39 +157,25 @@ def unpack_tree(description: dict, specs: list[TensorSpec]) -> object:
     return walk(description.get("tree"), 0)
 
 
-class Readable(Protocol):
-    """A binary stream that reads into a buffer of the caller's (a pipe's BufferedReader, a BytesIO)."""
-
-    def readinto(self, buffer: memoryview, /) -> int | None: ...
-
-
-def read_tensors(stream: Readable, specs: list[TensorSpec], wanted: set[int]) -> list[torch.Tensor]:
-    """Read every tensor's bytes in order: wanted ones into fresh storage, the rest skipped."""
+def read_tensors(buffer: SealedBuffer | None, specs: list[TensorSpec], wanted: set[int]) -> list[torch.Tensor]:
+    """The tensors `wanted` copied out of the payload into fresh storage; the others as meta tensors."""
     out = []
-    scratch = bytearray(SKIP_CHUNK)
+    offset = 0
     for index, spec in enumerate(specs):
         if index in wanted:
             tensor = torch.empty(spec.shape, dtype=spec.dtype)
             if spec.nbytes:
-                _read_exactly(stream, tensor.reshape(-1).view(torch.uint8).numpy().data)
+                if buffer is None:
+                    raise WireError("the payload has no bytes")
+                try:
+                    buffer.read_into(tensor.reshape(-1).view(torch.uint8).numpy().data, offset)
+                except PayloadError as exc:
+                    raise WireError(str(exc)) from None
             out.append(tensor)
         else:
-            left = spec.nbytes
-            while left:
-                step = min(left, SKIP_CHUNK)
-                _read_exactly(stream, memoryview(scratch)[:step])
-                left -= step
             out.append(torch.empty(spec.shape, dtype=spec.dtype, device="meta"))
+        offset += spec.nbytes
     return out
-
-
-def _read_exactly(stream: Readable, view: memoryview) -> None:
-    done = 0
-    while done < len(view):
-        got = stream.readinto(view[done:])
-        if not got:
-            raise WireError("the payload ended early")
-        done += got
 
 
 def resolve(value: object, tensors: list[torch.Tensor]) -> object:

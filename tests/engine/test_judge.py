@@ -3,7 +3,6 @@ it keeps, checks shapes and dtypes before it reads anything, and never hands tho
 
 from __future__ import annotations
 
-import io
 import textwrap
 import time
 
@@ -14,6 +13,7 @@ from contract.requests import EvalOptions
 from sandbox_side.judging.probe_inputs import PROBE_KINDS
 from sandbox_side.runtime import wire
 from sandbox_side.runtime.messages import InputsDone, Payload, RunDone
+from sandbox_side.runtime.sealed_payload import SealedBuffer
 from tests.engine.conftest import SILU_REFERENCE
 from worker.engine.launch import UserFailure
 from worker.engine.reference.judge import JudgeSession
@@ -31,20 +31,18 @@ def judge(settings):
 
 
 def _decoded(reply: InputsDone) -> object:
-    assert reply.payload is not None and reply.payload.description is not None and reply.payload.data is not None
+    assert reply.payload is not None and reply.payload.description is not None and reply.payload.buffer is not None
     specs = wire.parse_specs(reply.payload.description)
     tree = wire.unpack_tree(reply.payload.description, specs)
     wire.want_all(tree)
-    tensors = wire.read_tensors(io.BytesIO(bytes(reply.payload.data)), specs, {i for i in range(len(specs))})
+    tensors = wire.read_tensors(reply.payload.buffer, specs, {i for i in range(len(specs))})
     return wire.resolve(tree, tensors)
 
 
 def _as_reply(value: object) -> RunDone:
     """A candidate's reply as the supervisor would forward it."""
-    description, tensors = wire.pack(value)
-    stream = io.BytesIO()
-    wire.write_tensors(stream, tensors)
-    return RunDone(payload=Payload(wire.payload_bytes(description), description, stream.getvalue()))
+    sealed = wire.seal(value)
+    return RunDone(payload=Payload(wire.payload_bytes(sealed.description), sealed.description, sealed.buffer))
 
 
 def _run_reply(trials: list[list], transform, probe_transform=None) -> RunDone:
@@ -63,6 +61,20 @@ def test_the_inputs_the_judge_sends_hold_no_reference_output(judge):
     assert set(inputs) == {"init_inputs", "trials", "pool", "shape_trials"}
     # The problem's two trials, then the probe trials the reference keeps, indistinguishable in the protocol.
     assert len(inputs["trials"]) > 2 and all(args[0].shape == (1000,) for args in inputs["trials"])
+
+
+def test_every_candidate_gets_the_same_sealed_input_sets_written_once(judge):
+    """The judge seals its input sets when it generates them: each candidate's inputs are the same memory file
+    (no copy per candidate, in the judge or the supervisor), and the judge's host memory counts them."""
+    import os
+
+    first, second = (judge.inputs(time.monotonic() + 60).payload for _ in range(2))
+    assert first is not None and second is not None and first.buffer is not None and second.buffer is not None
+    same = os.fstat(first.buffer.fd), os.fstat(second.buffer.fd)
+    assert (same[0].st_dev, same[0].st_ino) == (same[1].st_dev, same[1].st_ino)
+    assert first.nbytes == judge.generated.input_bytes
+    assert torch.equal(_decoded(InputsDone(payload=second))["trials"][0][0],
+                       _decoded(InputsDone(payload=first))["trials"][0][0])
 
 
 def _probe(report, kind: str):
@@ -117,7 +129,7 @@ def test_shape_and_dtype_are_checked_before_the_judge_reads_the_tensor(judge):
 def test_a_reply_that_is_not_a_run_reply_is_invalid_output(judge):
     result = judge.compare(_as_reply({"trials": [torch.zeros(3)]}), time.monotonic() + 60)
     assert result.report is None and "could not be read" in result.invalid
-    garbage = RunDone(payload=Payload(1, {"tree": {"t": 5}, "tensors": []}, b"\0"))
+    garbage = RunDone(payload=Payload(1, {"tree": {"t": 5}, "tensors": []}, SealedBuffer.from_bytes(b"\0")))
     assert judge.compare(garbage, time.monotonic() + 60).invalid
     assert judge.alive
 

@@ -37,14 +37,16 @@ from sandbox_side.runtime.messages import (
     VariantsMade,
     decode_command,
 )
+from sandbox_side.runtime.sealed_payload import SealedBuffer
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
 from worker.engine.launch import UserFailure, read_reply
 from worker.engine.sandbox.process import PAYLOAD_KEY
 
 TENSORS = Payload(4, {"tree": {"t": 0}, "tensors": [{"dtype": "torch.float32", "shape": [1], "nbytes": 4}]},
-                  b"\0\0\x80?")
+                  SealedBuffer.from_bytes(b"\0\0\x80?"))
+FOLDER = Payload(4, None, SealedBuffer.from_bytes(b"ELF!"))
 
-# One message of each class, every field set (payloads with their bytes, as the supervisor holds them).
+# One message of each class, every field set (payloads with their sealed files, as the supervisor holds them).
 EXAMPLES: list[messages.Message] = [
     messages.Exit(),
     Load(source="import torch\n", cpu_s=60),
@@ -67,7 +69,7 @@ EXAMPLES: list[messages.Message] = [
     Timing(device_ms=[1.5, 2.0], warmup_runs=1, tampered=["time.perf_counter"]),
     RunDone(tampered=["torch.cuda.synchronize"], payload=TENSORS),
     Traced(events={"kernels": [{"name": "k"}]}, tampered=[]),
-    TritonCacheDone(files=[{"path": "a/b.cubin", "size": 4, "mtime_ns": 1}], payload=Payload(4, None, b"ELF!")),
+    TritonCacheDone(files=[{"path": "a/b.cubin", "size": 4, "mtime_ns": 1}], payload=FOLDER),
     messages.VariantsApplied(),
     messages.TimedOutputsDone(tampered=[], payload=TENSORS),
     Generated(shape_trial={"skipped": "not requested"}, perturbed_trials=[1], physics={"copy_gbps": 10.0},
@@ -79,7 +81,7 @@ EXAMPLES: list[messages.Message] = [
     TimedChecked(ok=False, message=None, wrong=[(0, "differs")], replayed=1, checked=2),
     Compiled(ok=True, reason=None, compile_s=1.25, compiles=1),
     messages.Built(extensions=[{"name": "ext", "path": "fast", "reason": ""}], line_map={"cuda.cu": [[1, 4, 10]]},
-                   files=[{"path": "ext/ext.so", "size": 4, "mtime_ns": 1}], payload=Payload(4, None, b"ELF!")),
+                   files=[{"path": "ext/ext.so", "size": 4, "mtime_ns": 1}], payload=FOLDER),
 ]
 
 
@@ -88,10 +90,10 @@ def _concrete(base: type) -> set[type]:
             if issubclass(cls, base) and cls not in (Command, Reply, Done) and cls.__module__ == messages.__name__}
 
 
-def _sent(message: messages.Message) -> tuple[dict, bytes | bytearray | None]:
-    """The message as the other side receives it: its JSON line, and its payload's bytes."""
+def _sent(message: messages.Message) -> tuple[dict, SealedBuffer | None]:
+    """The message as the other side receives it: its JSON line, and its payload's sealed file."""
     line = json.dumps(message.to_message())
-    return json.loads(line), (message.carried.data if message.carried is not None else None)
+    return json.loads(line), (message.carried.buffer if message.carried is not None else None)
 
 
 def test_every_command_and_reply_has_an_example_here():
@@ -106,12 +108,12 @@ def test_every_message_goes_to_its_line_and_back_unchanged(message):
         return
     assert type(message).decode(line, data) == message
     if isinstance(message, Command):
-        # A runner reads a command's payload from its pipe itself: it has the description and the size.
+        # A runner takes a command's payload from its channel itself: it has the description and the size.
         carried = message.carried
         expected = message if carried is None else dataclasses.replace(
             message, payload=Payload(carried.nbytes, carried.description))
         assert decode_command(line, [messages.Exit, type(message)]) == expected
-    else:  # as the supervisor reads it: SandboxProcess keeps the bytes beside the line
+    else:  # as the supervisor reads it: SandboxProcess keeps the sealed file beside the line
         assert read_reply({**line, **({PAYLOAD_KEY: data} if data else {})}, type(message)) == message
 
 

@@ -7,13 +7,14 @@ import os
 
 from sandbox_side.runtime import file_tree
 from sandbox_side.runtime.messages import Payload, TritonCacheDone
+from sandbox_side.runtime.sealed_payload import SealedBuffer
 from worker.engine.build import triton_cache
 
 
 def _reply(folder) -> TritonCacheDone:
     """What a runner answers to `triton_cache` (sandbox_side/runtime/runner.py op_triton_cache)."""
     files, data = file_tree.pack(folder)
-    return TritonCacheDone(files=files, payload=Payload(len(data), None, bytearray(data)))
+    return TritonCacheDone(files=files, payload=Payload(len(data), None, SealedBuffer.from_bytes(data)))
 
 
 def _compiled(tmp_path, name: str, content: bytes):
@@ -58,7 +59,7 @@ def test_links_paths_out_of_the_folder_and_other_roots_are_never_written(tmp_pat
 
     # A forged manifest that climbs out of the folder is refused whole.
     forged = TritonCacheDone(files=[{"path": "../../escaped.bin", "size": 2, "mtime_ns": 0}],
-                             payload=Payload(2, None, bytearray(b"no")))
+                             payload=Payload(2, None, SealedBuffer.from_bytes(b"no")))
     other = triton_cache.folder_for(root, "candidate B")
     assert not triton_cache.publish(root, other, forged)
     assert not (other / triton_cache.CACHE_DIR_NAME).exists() and not (root / "escaped.bin").exists()

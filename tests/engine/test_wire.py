@@ -1,26 +1,27 @@
-"""Tensors over the runners' pipes: what the receiver reads is what was sent, and a tensor it does
-not take is skipped without being allocated."""
+"""Tensors between processes (sealed memory files): what the receiver reads is what was sent, and a tensor it
+does not take is never allocated."""
 
 from __future__ import annotations
 
-import io
+import json
+import os
+import socket
 
 import pytest
 import torch
 
-from sandbox_side.runtime import wire
+from sandbox_side.runtime import sealed_payload, wire
+from sandbox_side.runtime.messages import RunDone, TritonCacheDone
+from sandbox_side.runtime.sealed_payload import SealedBuffer
 
 
 def _round_trip(value: object, choose=wire.want_all) -> object:
-    description, tensors = wire.pack(value)
-    stream = io.BytesIO()
-    wire.write_tensors(stream, tensors)
-    stream.seek(0)
-    specs = wire.parse_specs(description)
-    tree = wire.unpack_tree(description, specs)
+    sealed = wire.seal(value)
+    specs = wire.parse_specs(sealed.description)
+    tree = wire.unpack_tree(sealed.description, specs)
     choose(tree)
     wanted = {p.index for p in wire.pending(tree) if p.wanted}
-    return wire.resolve(tree, wire.read_tensors(stream, specs, wanted))
+    return wire.resolve(tree, wire.read_tensors(sealed.buffer, specs, wanted))
 
 
 def test_values_with_tensors_of_every_dtype_come_back_equal_and_in_fresh_storage():
@@ -46,12 +47,17 @@ def test_a_tensor_not_taken_is_skipped_unallocated_and_stands_as_a_meta_tensor()
 
 
 def test_a_huge_announced_tensor_that_is_not_taken_is_never_allocated():
-    # 4 TiB announced, 16 bytes sent: skipping reads in bounded chunks and fails on the short
-    # stream; allocating it first would have failed with an out-of-memory error instead.
-    description = {"tree": {"t": 0}, "tensors": [{"dtype": "torch.float32", "shape": [1 << 40], "nbytes": 1 << 42}]}
+    # 4 TiB announced beside 16 bytes: one not taken is never read nor allocated; one taken that the file
+    # does not hold is refused, not read past the file's end.
+    description = {"tree": {"l": [{"t": 0}, {"t": 1}]},
+                   "tensors": [{"dtype": "torch.float32", "shape": [1 << 40], "nbytes": 1 << 42},
+                               {"dtype": "torch.float32", "shape": [4], "nbytes": 16}]}
     specs = wire.parse_specs(description)
+    buffer = SealedBuffer.from_bytes(b"\0" * 16)
+    got = wire.read_tensors(buffer, specs, wanted=set())
+    assert got[0].is_meta and got[1].is_meta
     with pytest.raises(wire.WireError, match="ended early"):
-        wire.read_tensors(io.BytesIO(b"\0" * 16), specs, wanted=set())
+        wire.read_tensors(buffer, specs, wanted={1})
 
 
 @pytest.mark.parametrize("spec, problem", [
@@ -76,28 +82,56 @@ def test_objects_other_than_plain_data_cannot_be_sent():
         wire.pack([object()])
 
 
-@pytest.mark.parametrize("reply", ["tensors", "bytes"])
-def test_every_reply_reaches_the_pipe_at_once(monkeypatch, reply):
-    """A reply sits in no buffer: the supervisor waits for it with nothing else coming after it (a packed
-    Triton cache that stayed buffered stalled each GPU job's lane for the 30 s reply limit)."""
-    import json
-    import os
-
+@pytest.fixture
+def channel(monkeypatch):
+    """A runner's channel, its reply pipe and descriptor socket ends here."""
     from sandbox_side.runtime.channel import Channel
 
     read_end, write_end = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     monkeypatch.setenv("KJ_MSG_FD", str(write_end))
-    channel = Channel()
+    monkeypatch.setenv("KJ_FD_SOCK", str(theirs.detach()))
+    yield Channel(), read_end, ours
+    os.close(read_end)
+    ours.close()
+
+
+@pytest.mark.parametrize("reply", ["tensors", "bytes"])
+def test_every_reply_reaches_the_pipe_at_once_with_its_payload_beside_it(channel, reply):
+    """A reply sits in no buffer: the supervisor waits for it with nothing else coming after it (a packed
+    Triton cache that stayed buffered stalled each GPU job's lane for the 30 s reply limit). Its payload's
+    descriptor is there before the line."""
+    runner, read_end, ours = channel
     data = b"packed folder bytes"
     if reply == "bytes":
-        channel.send_bytes("done", data, op="triton_cache", files=[])
+        runner.reply_bytes(TritonCacheDone(files=[]), data)
     else:
-        channel.send("done", {"out": torch.arange(3)}, op="run")
+        runner.reply(RunDone(), {"out": torch.arange(3)})
     os.set_blocking(read_end, False)
     arrived = os.read(read_end, 1 << 16)  # without the channel closing: what was flushed, or BlockingIOError
     header, _, rest = arrived.partition(b"\n")
-    assert json.loads(header)["event"] == "done"
-    assert len(rest) == json.loads(header)["payload_bytes"]
+    line = json.loads(header)
+    assert line["event"] == "done" and rest == b""  # the bytes are not on the pipe
+    buffer = sealed_payload.receive(ours, line["payload_bytes"])
     if reply == "bytes":
-        assert rest == data
-    os.close(read_end)
+        assert buffer.read() == data
+    else:
+        specs = wire.parse_specs(line["payload"])
+        assert torch.equal(wire.read_tensors(buffer, specs, {0})[0], torch.arange(3))
+
+
+def test_a_runner_takes_a_commands_payload_from_its_socket_and_lets_it_go(channel, monkeypatch):
+    runner, _, ours = channel
+    sealed = wire.seal({"x": torch.ones(3)})
+    read_end, write_end = os.pipe()
+    os.write(write_end, (json.dumps({"op": "run", "payload": sealed.description,
+                                     "payload_bytes": sealed.buffer.nbytes}) + "\n").encode())
+    sealed.buffer.send(ours)
+    runner._in = os.fdopen(read_end, "rb")
+    command = runner.receive()
+    from sandbox_side.runtime.messages import Payload
+
+    value = runner.read_payload(Payload(command["payload_bytes"], command["payload"]))
+    assert torch.equal(value["x"], torch.ones(3))
+    assert runner._received is None  # its descriptor closed once read
+    os.close(write_end)

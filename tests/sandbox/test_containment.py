@@ -179,7 +179,7 @@ def probe_as_uid(python: Path, script: str, isolation: dict, **arguments) -> dic
 def assert_no_secret(report: dict) -> None:
     assert report["found"] == [], report["found"]
     assert len(report["pids"]) >= 2  # bwrap's process and the child itself: the scan saw them
-    allowed = {"PATH", "KJ_MSG_FD", "PWD", "KJ_LOOK_FOR"}
+    allowed = {"PATH", "KJ_MSG_FD", "KJ_FD_SOCK", "PWD", "KJ_LOOK_FOR"}
     for pid, names in report["env_names"].items():
         assert set(names) <= allowed, (pid, names)
 

@@ -346,6 +346,8 @@ class DeviceStage:
         except UserFailure as failure:
             self._note_memory(failure)
             raise _JobEnds(self.builder.candidate_failure(failure, during="run")) from failure
+        finally:
+            inputs.release()  # the judge keeps its own
         self.builder.compiled = True
         return CandidateRun(done=done, tampered=list(done.tampered), deadline=deadline, judge_deadline=judge_deadline)
 
@@ -357,8 +359,11 @@ class DeviceStage:
                 raise _JobEnds(self.builder.fail(EvalStatus.incorrect, ErrorKind.invalid_output,
                                                  "the candidate's outputs could not be read: its reply carried no "
                                                  "tensors"))
-            comparison: Comparison = self._judge_call(
-                "comparing", lambda: entry.judge.compare(run.done, run.judge_deadline, probe_check=self.probe_check))
+            try:
+                comparison: Comparison = self._judge_call(
+                    "comparing", lambda: entry.judge.compare(run.done, run.judge_deadline, probe_check=self.probe_check))
+            finally:
+                run.done.release()  # the outputs' memory goes back before the timing
             if comparison.report is None:
                 raise _JobEnds(self.builder.fail(EvalStatus.incorrect, ErrorKind.invalid_output,
                                                  comparison.invalid or ""))
@@ -486,7 +491,10 @@ class DeviceStage:
         self.builder.extra.timing_variants = TimingVariantsNote(per_input_set=[count - 1 for count in variants.counts],
                                                                 skipped=variants.skipped or None)
         if variants.reply.payload is not None:
-            session.request(ApplyTimingVariants(payload=variants.reply.payload), VariantsApplied, deadline)
+            try:
+                session.request(ApplyTimingVariants(payload=variants.reply.payload), VariantsApplied, deadline)
+            finally:
+                variants.reply.release()
         return variants.counts
 
     def _timing(self, entry: CachedReference, runner: WarmRunner, report: CorrectnessReport,
@@ -549,8 +557,11 @@ class DeviceStage:
             kept = candidate_block(pool_size, 0, pool_size)
             snapshot = session.request(TimedOutputs(), TimedOutputsDone, deadline)
             if snapshot.payload is not None:
-                check = self._judge_call("re-checking timed outputs",
-                                         lambda: judge.check_timed(snapshot, deadline, expected))
+                try:
+                    check = self._judge_call("re-checking timed outputs",
+                                             lambda: judge.check_timed(snapshot, deadline, expected))
+                finally:
+                    snapshot.release()
                 ok, message = check.ok, check.message or _timed_evidence(check, expected, labels)
             else:
                 ok, message = False, "timed run: the candidate sent no outputs"

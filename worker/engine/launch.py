@@ -67,9 +67,9 @@ def reported_failure(message: dict[str, Any]) -> UserFailure:
 
 
 def read_reply(message: dict[str, Any], reply: type[R]) -> R:
-    """A runner's reply (as SandboxProcess.receive gives it, its payload's bytes under PAYLOAD_KEY) read into
-    the class expected: its `error` reply raised as its failure, anything else that is not one a protocol
-    failure."""
+    """A runner's reply (as SandboxProcess.receive gives it, its payload's sealed memory file under PAYLOAD_KEY)
+    read into the class expected: its `error` reply raised as its failure, anything else that is not one a
+    protocol failure."""
     if message.get("event") == "error":
         raise reported_failure(message)
     try:
@@ -81,8 +81,8 @@ def read_reply(message: dict[str, Any], reply: type[R]) -> R:
 @dataclass
 class RunnerPaths:
     """Host paths a runner sees, all read-only. A build mounts its source (its output comes back over
-    its pipe); a run gets its source over the pipe (`load`) and exchanges tensors over it, so it
-    mounts at most the built extension."""
+    its payload); a run gets its source over its pipe (`load`) and exchanges tensors as payloads (sealed
+    memory files), so it mounts at most the built extension."""
 
     source: Path | None = None
     ext_dir: Path | None = None
@@ -194,14 +194,14 @@ class RunnerSession:
         self.request(Load(source=source, cpu_s=cpu_s), Loaded, deadline)
 
     def request(self, command: Command, reply: type[R], deadline: float) -> R:
-        """Send one command and read its reply, which must be a `reply`. A command's payload (tensors
-        another runner sent, as they came) goes along."""
+        """Send one command and read its reply, which must be a `reply`. A command's payload (the sealed memory
+        file another runner sent, as it came) goes along."""
         carried = command.carried
-        data = carried.data if carried is not None else None
-        if carried is not None and carried.nbytes and data is None:
+        buffer = carried.buffer if carried is not None else None
+        if carried is not None and carried.nbytes and buffer is None:
             raise ValueError(f"{command.NAME!r} announces {carried.nbytes} payload bytes and holds none")
         try:
-            self.process.send(command.to_message(), payload=data)
+            self.process.send(command.to_message(), payload=buffer)
         except (BrokenPipeError, OSError):
             pass  # the child is gone; _expect reports how it ended
         return self._expect(reply, deadline)

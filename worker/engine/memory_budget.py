@@ -123,10 +123,13 @@ class HeldMemory:
     host_bytes: int = 0
 
 
-def measure_judge(root_pid: int | None, reported_device_bytes: int, on_gpu: bool) -> HeldMemory:
-    """A judge's memory: its process tree's resident memory, and on a GPU what the driver says its
-    processes hold (else what the judge reported, plus a context's worth): the larger of the two."""
-    host = tree_rss_bytes(root_pid)
+def measure_judge(root_pid: int | None, reported_device_bytes: int, on_gpu: bool, *, sealed_bytes: int = 0
+                  ) -> HeldMemory:
+    """A judge's memory: its process tree's resident memory plus its sealed input sets (a memory file it
+    keeps for its candidates, mapped by nobody: no process's resident memory counts it), and on a GPU
+    what the driver says its processes hold (else what the judge reported, plus a context's worth): the
+    larger of the two."""
+    host = tree_rss_bytes(root_pid) + sealed_bytes
     if not on_gpu:
         return HeldMemory(0, host)
     measured = gpu_process_bytes(descendants(root_pid)) if root_pid is not None else None

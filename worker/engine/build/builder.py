@@ -288,7 +288,7 @@ def run_build_sandbox(source_file: Path, ext_dir: Path, *, settings: EngineSetti
                            detail, record=_record(beside.extensions, 0.0))
     built = read_reply(reply, Built)  # anything but Built is a protocol failure
     try:
-        ext_tree.unpack(built.files, (built.payload.data if built.payload is not None else None) or b"", ext_dir)
+        ext_tree.unpack(built.files, built.payload.read() if built.payload is not None else b"", ext_dir)
     except (ext_tree.BadTree, OSError) as exc:
         raise UserFailure(FailureKind.protocol, f"the builder's files could not be stored: {exc}") from None
     return built

@@ -60,7 +60,7 @@ def wanted(folder: Path | None) -> TypeGuard[Path]:
 
 def publish(root: Path, folder: Path, reply: TritonCacheDone) -> bool:
     """A runner's `triton_cache` reply into the candidate's folder, if that has no cache yet."""
-    files, data = reply.files, (reply.payload.data if reply.payload is not None else None) or b""
+    files, data = reply.files, reply.payload.read() if reply.payload is not None else b""
     target = folder / CACHE_DIR_NAME
     if not files or not is_candidate_folder(root, folder) or target.exists():
         return False

@@ -3,8 +3,10 @@
 A judge is a sandboxed runner in the reference role (sandbox_side/judging/judge_process.py): it runs
 the problem's reference, keeps the input sets and the reference's outputs in its own memory (on
 the GPU when there is one) and compares a candidate's outputs there. It never runs candidate code.
-Tensors move between the judge, the supervisor and a candidate only over the runners' pipes, as
-copies: nothing goes through a file, and a candidate's runner only ever receives inputs.
+Tensors move between the judge and a candidate in sealed memory files (sandbox_side/runtime/sealed_payload.py)
+whose descriptors the supervisor passes on: neither can change what the other reads, each copies out what it
+takes, and a candidate's runner only ever receives inputs. The judge's input sets are sealed once and the
+same file goes to every candidate.
 
 The reference is user code too (the problem's registrant's), so the judge is sandboxed like a
 candidate, serves one problem only, and is retired on the reference cache's schedule.
@@ -185,7 +187,7 @@ class JudgeSession:
         return self.generated
 
     def inputs(self, deadline: float) -> InputsDone:
-        """The input sets for one candidate, as a reply to forward (the bytes stay as they came)."""
+        """The input sets for one candidate, as a reply to forward (its sealed memory file as it came)."""
         reply = self.session.request(Inputs(), InputsDone, deadline)
         if reply.payload is None:
             raise UserFailure(FailureKind.protocol, "the judge sent no inputs")

@@ -71,7 +71,8 @@ def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey,
         judge.close()
         raise
     entry = CachedReference(key, judge, seeds, miss_cost_s=max(time.monotonic() - started, 0.01))
-    entry.held = measure_judge(judge.pid, generated.device_bytes, on_gpu=opts.device.value == "cuda")
+    entry.held = measure_judge(judge.pid, generated.device_bytes, on_gpu=opts.device.value == "cuda",
+                               sealed_bytes=generated.input_bytes)
     return entry
 
 

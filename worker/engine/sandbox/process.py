@@ -12,6 +12,7 @@ import queue
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -20,7 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from sandbox_side.runtime import sealed_payload
 from sandbox_side.runtime.messages import Exit
+from sandbox_side.runtime.sealed_payload import FD_SOCKET, PayloadError, SealedBuffer
 from worker.engine.process_tree import StoppedTree
 from worker.engine.sandbox import bwrap
 from worker.engine.sandbox.identity import (
@@ -31,15 +34,14 @@ from worker.engine.sandbox.identity import (
     freeze,
     thaw,
 )
-from worker.engine.sandbox.pipe_buffers import pipe_buffers
 from worker.engine.sandbox.spawner import SpawnedChild, spawner
 from worker.engine.sandbox.spec import ResourceLimits, SandboxSpec
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-# Tensor bytes after a message line (see sandbox_side/runtime/wire); raised per process by its user
-# when larger payloads are expected (the judge's inputs, a candidate's outputs of known size).
+# A reply's payload (sandbox_side/runtime/sealed_payload.py), at most; raised per process by its user when
+# larger payloads are expected (the judge's inputs, a candidate's outputs of known size).
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 PAYLOAD_KEY = "_payload"
 # The child's fd for its messages to the supervisor (KJ_MSG_FD): the first after stdin, stdout, stderr.
@@ -182,18 +184,20 @@ class SandboxProcess:
         self._scratch_dirs: dict[str, str] = {}
         self._release_lock = threading.Lock()
         self._freezer_failed = False  # its freezer cgroup failed once: pause by signal
-        self._pipe_bytes = 0  # its pipes' enlarged buffers, taken from pipe_buffers' budget
+        # Payloads' descriptors both ways (sealed_payload): ours, the child's is its FD_SOCKET.
+        self._fd_socket: socket.socket | None = None
 
     # -- start / stop ------------------------------------------------------------------
     def start(self) -> None:
         """Start the child through the process's spawner (never a fork of this threaded process)."""
         pipes = {name: os.pipe() for name in ("stdin", "stdout", "stderr", "messages")}
-        # The two that carry tensors get larger buffers (pipe_buffers: 2x the rate of the default's).
-        self._pipe_bytes = pipe_buffers().enlarge([pipes["stdin"][1], pipes["messages"][0]])
-        # The child's ends become its fds 0, 1, 2 and MESSAGE_FD; ours stay here.
-        child_ends = [pipes["stdin"][0], pipes["stdout"][1], pipes["stderr"][1], pipes["messages"][1]]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._fd_socket = ours
+        # The child's ends become its fds 0, 1, 2, MESSAGE_FD and FD_SOCKET; ours stay here.
+        child_ends = [pipes["stdin"][0], pipes["stdout"][1], pipes["stderr"][1], pipes["messages"][1], theirs.detach()]
         our_ends = [pipes["stdin"][1], pipes["stdout"][0], pipes["stderr"][0], pipes["messages"][0]]
-        env_spec = dataclasses.replace(self.spec, env={**self.spec.env, "KJ_MSG_FD": str(MESSAGE_FD)})
+        env_spec = dataclasses.replace(self.spec, env={**self.spec.env, "KJ_MSG_FD": str(MESSAGE_FD),
+                                                       "KJ_FD_SOCK": str(FD_SOCKET)})
         limits = self.spec.limits
         started = False
         try:
@@ -216,7 +220,7 @@ class SandboxProcess:
                 argv, env = self.command, bwrap.host_env(env_spec, self._scratch_dirs)
             identity = self.identity
             self._proc = spawner().spawn(
-                {"argv": argv, "env": env, "fd_targets": [0, 1, 2, MESSAGE_FD], "uid": identity.uid,
+                {"argv": argv, "env": env, "fd_targets": [0, 1, 2, MESSAGE_FD, FD_SOCKET], "uid": identity.uid,
                  "gid": identity.uid, "cgroup_procs": [str(p) for p in identity.cgroup_procs_files()],
                  "cpus": list(self.spec.cpus) if self.spec.cpus else None, "nice": self.spec.nice,
                  "rlimits": _rlimits(limits, identity)},
@@ -231,6 +235,7 @@ class SandboxProcess:
                 self._release()
                 for end in our_ends:
                     os.close(end)
+                ours.close()
         self._stdin = open(pipes["stdin"][1], "wb")  # noqa: SIM115 - kept for the sandbox's life
         self._spawn(self._pump, open(pipes["stdout"][0], "rb"), self.stdout)  # noqa: SIM115
         self._spawn(self._pump, open(pipes["stderr"][0], "rb"), self.stderr)  # noqa: SIM115
@@ -239,8 +244,6 @@ class SandboxProcess:
     def _release(self) -> None:
         """Give back the uid or cgroup and the scratch folders once no process of the sandbox is left."""
         with self._release_lock:
-            pipe_buffers().release(self._pipe_bytes)
-            self._pipe_bytes = 0
             if self.identity is not None:
                 self.identity.release()
             for folder in self._scratch_dirs.values():
@@ -283,16 +286,13 @@ class SandboxProcess:
                                                        f"{self.max_payload_bytes}-byte limit for this reply"},
                                            time.monotonic()))
                         break
-                    data = bytearray(size)
-                    view, done = memoryview(data), 0
-                    while done < size:
-                        got = stream.readinto(view[done:])
-                        if not got:
-                            break
-                        done += got
-                    if done < size:
+                    assert self._fd_socket is not None  # made with the pipes
+                    try:
+                        message[PAYLOAD_KEY] = sealed_payload.receive(self._fd_socket, size)
+                    except PayloadError as exc:
+                        self.messages.put(({"event": "error", "kind": "protocol", "message": str(exc)},
+                                           time.monotonic()))
                         break
-                    message[PAYLOAD_KEY] = data
                 self.messages.put((message, time.monotonic()))
         self.messages.put(None)
 
@@ -357,6 +357,8 @@ class SandboxProcess:
                 self._stdin.close()
             except OSError:
                 pass  # a flush into a pipe whose reader is gone
+        if self._fd_socket is not None:
+            self._fd_socket.close()
         self._release()
 
     def close(self, grace_s: float = 5.0) -> None:
@@ -373,26 +375,14 @@ class SandboxProcess:
             thread.join(timeout=2.0)
 
     # -- messages ------------------------------------------------------------------------
-    def send(self, message: dict, payload: bytes | bytearray | None = None) -> None:
-        """Write one command; a payload (tensor bytes) goes from a thread of its own, so a child
-        that stops reading cannot block the supervisor: its reply deadline still applies."""
-        assert self._stdin is not None
-        line = (json.dumps(message) + "\n").encode()
-        stdin = self._stdin
-        if not payload:
-            stdin.write(line)
-            stdin.flush()
-            return
-
-        def write() -> None:
-            try:
-                stdin.write(line)
-                stdin.write(payload)
-                stdin.flush()
-            except (BrokenPipeError, OSError, ValueError):
-                pass  # the child is gone; its reply (or its absence) says how
-
-        self._spawn(write)
+    def send(self, message: dict, payload: SealedBuffer | None = None) -> None:
+        """Write one command; a payload's descriptor goes first (sealed_payload), without waiting: a child
+        that stops taking them gets none, and its reply deadline still applies."""
+        assert self._stdin is not None and self._fd_socket is not None
+        if payload is not None and payload.nbytes:
+            payload.send(self._fd_socket)
+        self._stdin.write((json.dumps(message) + "\n").encode())
+        self._stdin.flush()
 
     def receive(self, timeout_s: float) -> dict:
         """Next message; SandboxTimeout after `timeout_s` (child killed), SandboxExited on EOF."""

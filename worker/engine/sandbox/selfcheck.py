@@ -16,7 +16,7 @@ from worker.engine.sandbox.process import SandboxExited, SandboxProcess, Sandbox
 from worker.engine.sandbox.spec import IsolationConfig, ResourceLimits, SandboxSpec
 
 # Variables of the sandbox's processes besides the spec's own: the message channel and bwrap's PWD.
-RUNTIME_VARIABLES = {"KJ_MSG_FD", "PWD"}
+RUNTIME_VARIABLES = {"KJ_MSG_FD", "KJ_FD_SOCK", "PWD"}
 
 PROBE = r"""
 import json, os, socket
