@@ -4,7 +4,6 @@ supervisor takes from a sandbox only a sealed file of the size its line announce
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
