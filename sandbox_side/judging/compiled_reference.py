@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sandbox_side.runtime.loader import clone_args, to_device, to_storable
+from sandbox_side.runtime.loader import fresh_on, to_storable
 
 MAX_REASON_CHARS = 500
 _perf_counter = time.perf_counter
@@ -42,7 +42,7 @@ def compile_reference(model: Callable[..., object], args: list, device: torch.de
     try:
         compiled = torch.compile(model)  # the default mode: what papers report as "torch.compile"
         with torch.no_grad():
-            out = compiled(*to_device(clone_args(args), device))
+            out = compiled(*fresh_on(args, device))
         sync()
         stored = to_storable(out)
     except Exception as exc:  # noqa: BLE001 - any compile or run failure means: no compile baseline

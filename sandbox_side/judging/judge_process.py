@@ -37,7 +37,7 @@ from sandbox_side.judging.probe_inputs import PROBE_KINDS, probe_inputs
 from sandbox_side.judging.shape_variant import input_bytes, input_shapes, wider_batch_plans
 from sandbox_side.runtime import wire
 from sandbox_side.runtime.failure_kind import FailureKind
-from sandbox_side.runtime.loader import UserCodeError, classify, clone_args, to_device
+from sandbox_side.runtime.loader import UserCodeError, classify, clone_args, fresh_on, to_device
 from sandbox_side.runtime.messages import (
     CheckTimed,
     Command,
@@ -146,14 +146,14 @@ class JudgeRunner(Runner):
         trials = [self._inputs(seed) for seed in command.trial_seeds]
         pool = [self._inputs(seed) for seed in command.pool_seeds]
         self._construct("Model", init_inputs, command.init_seed)
-        first = self._call(to_device(clone_args(trials[0]), self.device), "in Model.forward (trial 0)")
+        first = self._call(fresh_on(trials[0], self.device), "in Model.forward (trial 0)")
         set_bytes = input_bytes(trials[0]) + _nbytes_args(first["tensors"])
         kept = sized_trials(len(trials), set_bytes, command.trial_bytes_budget)
         if kept < len(trials):
             self.sized = {"kept": kept, "asked": len(trials), "set_bytes": set_bytes,
                           "budget": command.trial_bytes_budget}
             trials = trials[:kept]
-        trial_outputs = [first] + [self._call(to_device(clone_args(a), self.device), f"in Model.forward (trial {i})")
+        trial_outputs = [first] + [self._call(fresh_on(a, self.device), f"in Model.forward (trial {i})")
                                    for i, a in enumerate(trials[1:], start=1)]
         tolerances = correctness.tolerance_table(command.atol, command.rtol)
         self.perturbed = self._perturb_degenerate(trials, trial_outputs, tolerances)
@@ -161,7 +161,7 @@ class JudgeRunner(Runner):
             self.model, lambda model, args: self._call(args, "in Model.forward (float64)", model),
             lambda args: to_device(args, self.device))
         truths, truth_skipped = double.truths(trials)
-        pool_outputs = [self._call(to_device(clone_args(a), self.device), "in Model.forward (timing inputs)")
+        pool_outputs = [self._call(fresh_on(a, self.device), "in Model.forward (timing inputs)")
                         for a in pool]
         shape_inputs, shape_outputs, self.shape_info = self._shape_trial(command.shape_seeds,
                                                                          command.shape_max_bytes)
@@ -185,7 +185,7 @@ class JudgeRunner(Runner):
             shape_trial=self.shape_info, perturbed_trials=self.perturbed, physics=measured, trials_sized=self.sized,
             truth_skipped=truth_skipped, tampered=self.integrity.changed(),
             output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
-            input_bytes=_nbytes_args([init_inputs, trials, pool, shape_inputs, [p.args for p in self.probes]]),
+            input_bytes=self.sealed_inputs.buffer.nbytes if self.sealed_inputs.buffer is not None else 0,
             # What it now holds on its device (sizes the reference cache; memory_budget).
             device_bytes=torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0))
 
@@ -195,7 +195,7 @@ class JudgeRunner(Runner):
         try:
             # Both input sets on the device once (the timing pool's first set is there already): each
             # call then copies them on the device, not from the host.
-            args = to_device(clone_args(self.trial_inputs[0]), self.device)
+            args = fresh_on(self.trial_inputs[0], self.device)
             other = self.pool[0] if self.pool else None
             return physics_measure.measure(self.model, clone_args, args, other, self.device, measures)
         except Exception as exc:  # noqa: BLE001 - out of device memory, or the reference failing on a copy
@@ -240,10 +240,10 @@ class JudgeRunner(Runner):
                                                            f"{max_bytes}-byte limit for probe trials")
             return
         generator = torch.Generator().manual_seed(seed)
-        unscaled = self._call(to_device(clone_args(base), self.device), "in Model.forward (probe inputs)")
+        unscaled = self._call(fresh_on(base, self.device), "in Model.forward (probe inputs)")
         for probe in probe_inputs(base, generator):
             try:
-                out = self._call(to_device(clone_args(probe.args), self.device),
+                out = self._call(fresh_on(probe.args, self.device),
                                  f"in Model.forward (probe {probe.kind})")
             except UserCodeError as exc:
                 leave_out(probe.kind, probe.description, f"the reference fails on these inputs: {exc.message[:300]}")
@@ -284,7 +284,7 @@ class JudgeRunner(Runner):
             for option in ((scale, shift), (scale, 0.0)):
                 args = reference_checks.perturb(trials[index], *option)
                 try:
-                    out = self._call(to_device(clone_args(args), self.device), "in Model.forward (perturbed)")
+                    out = self._call(fresh_on(args, self.device), "in Model.forward (perturbed)")
                 except UserCodeError:
                     continue
                 if reference_checks.finite_where(outputs[0], out) and reference_checks.outputs_move(
@@ -309,7 +309,7 @@ class JudgeRunner(Runner):
         refused = []
         for plan in plans:
             try:
-                out = self._call(to_device(clone_args(plan.args), self.device), "in Model.forward (doubled batch)")
+                out = self._call(fresh_on(plan.args, self.device), "in Model.forward (doubled batch)")
             except UserCodeError as exc:
                 refused.append(f"doubling inputs {plan.widened}: {exc.message}")
                 continue

@@ -95,7 +95,8 @@ def to_storable(value: object) -> dict:
     for tensor in tensors:
         if tensor.is_sparse or tensor.layout != torch.strided:
             raise UserCodeError(FailureKind.invalid_output, "outputs must be dense strided tensors")
-        plain.append(torch.Tensor.clone(torch.Tensor.detach(tensor)).cpu().contiguous())
+        # One copy, from wherever it is (not a clone on its device first, then another to the host).
+        plain.append(torch.Tensor.to(torch.Tensor.detach(tensor), "cpu", copy=True, memory_format=torch.contiguous_format))
     return {"kind": kind, "tensors": plain}
 
 
@@ -113,3 +114,8 @@ def to_device(value: V, device: torch.device) -> V:
 
 def clone_args(args: list) -> list:
     return [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args]
+
+
+def fresh_on(args: list, device: torch.device) -> list:
+    """A call's arguments: each tensor copied onto `device` (one copy from wherever it is), the rest as is."""
+    return [arg.to(device, copy=True) if isinstance(arg, torch.Tensor) else arg for arg in args]

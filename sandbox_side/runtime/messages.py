@@ -397,7 +397,7 @@ class Generated(Done):
     tampered: list[str] = field(default_factory=list)
     output_bytes: int = 0  # one trial's outputs
     reply_bytes: int = 0  # an honest candidate's run reply
-    input_bytes: int = 0
+    input_bytes: int = 0  # its sealed input sets (the file every candidate gets)
     device_bytes: int = 0  # what the judge holds on its device
 
 

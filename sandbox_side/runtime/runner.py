@@ -37,6 +37,7 @@ from sandbox_side.runtime.loader import (
     UserCodeError,
     classify,
     clone_args,
+    fresh_on,
     load_module,
     to_device,
     to_storable,
@@ -262,7 +263,8 @@ class CandidateRunner(Runner):
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, what) from exc
         if keep_inputs:
-            stored["inputs_after"] = [torch.Tensor.clone(a).cpu() if type(a) is torch.Tensor else None for a in args]
+            stored["inputs_after"] = [torch.Tensor.to(a, "cpu", copy=True) if type(a) is torch.Tensor else None
+                                      for a in args]
         return stored
 
     def _poison(self, nbytes: int) -> None:
@@ -282,7 +284,7 @@ class CandidateRunner(Runner):
             self._poison(command.poison_bytes)
             # The inputs as forward left them go back for the first trials only: a candidate that
             # writes into its inputs does so on every call, and inputs can be large.
-            results.append(self._checked_call(to_device(clone_args(args), self.device),
+            results.append(self._checked_call(fresh_on(args, self.device),
                                               f"in ModelNew.forward (trial {index})", index < INPUT_CHECK_TRIALS))
         self.pool = [to_device(a, self.device) for a in data["pool"]]
         # Last, and failures kept as results: a candidate that breaks on another shape is judged
@@ -290,7 +292,7 @@ class CandidateRunner(Runner):
         shape_results = []
         for args in data.get("shape_trials") or []:
             try:
-                shape_results.append(self._call(to_device(clone_args(args), self.device),
+                shape_results.append(self._call(fresh_on(args, self.device),
                                                 "in ModelNew.forward (doubled batch)"))
             except UserCodeError as exc:
                 shape_results.append({"kind": "error", "message": exc.message})

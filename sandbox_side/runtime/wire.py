@@ -1,22 +1,24 @@
 """Values with tensors between processes: a JSON description, and the raw bytes in a sealed memory file.
 
 A packed value is a JSON tree in which every tensor is replaced by {"t": index} and described in a list of
-specs (dtype, shape, nbytes); the bytes of all tensors, in that order, fill one sealed memory file
-(sealed_payload), whose descriptor goes beside the message line that carries the description. The receiver
-reads the description, decides which tensors it will take (the judge takes only those whose shape and dtype
-are the ones it expects) and only then allocates: each taken tensor is copied into its own fresh storage
-(never a mapping of the sender's memory); the others stand as meta tensors, which have a shape and a dtype
+specs (dtype, shape, nbytes); the bytes of all tensors, in that order, each at an offset aligned to ALIGN
+(`layout`), fill one sealed memory file (sealed_payload), whose descriptor goes beside the message line that
+carries the description. The receiver reads the description, decides which tensors it will take (the judge
+takes only those whose shape and dtype are the ones it expects) and only then maps the file: each taken
+tensor is a view of a private copy-on-write mapping (its writes reach nobody; the sender can no longer change
+it; no copy is made until someone writes); the others stand as meta tensors, which have a shape and a dtype
 but no data.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-from sandbox_side.runtime.sealed_payload import PayloadError, SealedBuffer
+from sandbox_side.runtime.sealed_payload import SealedBuffer
 
 DTYPES: dict[str, torch.dtype] = {
     str(dtype): dtype for dtype in (
@@ -26,6 +28,8 @@ DTYPES: dict[str, torch.dtype] = {
 }
 MAX_DIMS = 16
 MAX_TREE_DEPTH = 32
+# Each tensor's bytes start at a multiple of this in the payload (any dtype's alignment, a cache line).
+ALIGN = 64
 
 
 class WireError(ValueError):
@@ -92,24 +96,31 @@ class SealedTensors:
 
 
 def seal(value: object) -> SealedTensors:
-    """`value` packed: each tensor's bytes copied (from its device) straight into one new sealed memory file."""
+    """`value` packed: its tensors' bytes written into one new sealed memory file (from the host: a tensor on
+    a device is copied to the host first)."""
     description, tensors = pack(value)
+    sizes = [t.numel() * t.element_size() for t in tensors]
+    offsets, nbytes = layout(sizes)
 
-    def fill(view: memoryview) -> None:
-        offset = 0
-        for tensor in tensors:
-            size = tensor.numel() * tensor.element_size()
+    def pieces() -> Iterator[tuple[int, memoryview]]:
+        for tensor, offset, size in zip(tensors, offsets, sizes, strict=True):
             if size:
-                torch.frombuffer(view, dtype=torch.uint8, count=size, offset=offset).copy_(
-                    tensor.reshape(-1).view(torch.uint8))
-                offset += size
+                yield offset, tensor.cpu().reshape(-1).view(torch.uint8).numpy().data
 
-    nbytes = payload_bytes(description)
-    return SealedTensors(description, SealedBuffer.create(nbytes, fill) if nbytes else None)
+    return SealedTensors(description, SealedBuffer.create(nbytes, pieces()) if nbytes else None)
+
+
+def layout(sizes: list[int]) -> tuple[list[int], int]:
+    """Where each tensor's bytes start in a payload, and the payload's size."""
+    offsets, end = [], 0
+    for size in sizes:
+        offsets.append(end)
+        end += -(-size // ALIGN) * ALIGN
+    return offsets, end
 
 
 def payload_bytes(description: dict) -> int:
-    return sum(int(spec["nbytes"]) for spec in description["tensors"])
+    return layout([int(spec["nbytes"]) for spec in description["tensors"]])[1]
 
 
 # -- receiving -------------------------------------------------------------------------------
@@ -158,23 +169,21 @@ def unpack_tree(description: dict, specs: list[TensorSpec]) -> object:
 
 
 def read_tensors(buffer: SealedBuffer | None, specs: list[TensorSpec], wanted: set[int]) -> list[torch.Tensor]:
-    """The tensors `wanted` copied out of the payload into fresh storage; the others as meta tensors."""
+    """The tensors `wanted`, each a view of one private copy-on-write mapping of the payload (see the module's
+    docstring); the others as meta tensors."""
+    offsets, nbytes = layout([spec.nbytes for spec in specs])
+    if nbytes != (buffer.nbytes if buffer is not None else 0):
+        raise WireError("payload size does not match its description")
+    mapped = buffer.map_private() if buffer is not None and any(specs[i].nbytes for i in wanted) else None
     out = []
-    offset = 0
-    for index, spec in enumerate(specs):
-        if index in wanted:
-            tensor = torch.empty(spec.shape, dtype=spec.dtype)
-            if spec.nbytes:
-                if buffer is None:
-                    raise WireError("the payload has no bytes")
-                try:
-                    buffer.read_into(tensor.reshape(-1).view(torch.uint8).numpy().data, offset)
-                except PayloadError as exc:
-                    raise WireError(str(exc)) from None
-            out.append(tensor)
-        else:
+    for index, (spec, offset) in enumerate(zip(specs, offsets, strict=True)):
+        if index not in wanted:
             out.append(torch.empty(spec.shape, dtype=spec.dtype, device="meta"))
-        offset += spec.nbytes
+        elif not spec.nbytes or mapped is None:
+            out.append(torch.empty(spec.shape, dtype=spec.dtype))
+        else:
+            flat = torch.frombuffer(mapped, dtype=torch.uint8, count=spec.nbytes, offset=offset)
+            out.append(flat.view(spec.dtype).view(spec.shape))
     return out
 
 
