@@ -101,6 +101,8 @@ class Outcome:
     device_wait_s: float | None = None  # waits for the device's hold (result.extra.device_wait_s)
     # Seconds from the batch's first submit to the job's claim, prepared (built), first device stage, verdict.
     timeline: dict = field(default_factory=dict)
+    # How many timed calls each side ran (result.extra.timing_runs), where the job was timed.
+    timing_runs: dict | None = None
 
 
 @dataclass
@@ -434,6 +436,7 @@ def outcome_of(job, origin=None) -> Outcome:
     return Outcome(verdict=result.status.value, speedup=result.speedup, latency_s=latency, stages=dict(result.stages),
                    error=error, device_wait_s=result.extra.device_wait_s, timeline=timeline,
                    reference_cache=result.extra.reference_cache,
+                   timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None)
 
 

@@ -59,8 +59,11 @@ self.calls = getattr(self, "calls", 0) + 1
 if self.calls > 3 and hasattr(self, "saved"):
     return self.saved
 ''' + LAUNCH + "self.saved = y\nreturn y")
-    policy = NO_STATIC_POLICY.model_copy(update={"disabled_rules": [*NO_STATIC_POLICY.disabled_rules, "KJ-R09"]})
+    # The probe trials (calls 4 and on) and the doubled-batch trial would catch the replay first (KJ-R15,
+    # KJ-R09): off here, as in tests/engine/test_runtime_rules.py, so that the check on timed outputs is tested.
+    policy = NO_STATIC_POLICY.model_copy(update={"disabled_rules": [*NO_STATIC_POLICY.disabled_rules, "KJ-R09",
+                                                                    "KJ-R15"]})
     result = run_eval(SILU_REFERENCE, replay, device="cuda", trials=3, timing=True, timing_budget_s=0.3,
-                      policy=policy)
+                      timing_min_runs=4, policy=policy)
     assert result.status == EvalStatus.rejected
     assert any(hit.rule == "KJ-R02-timed-outputs-wrong" for hit in result.rules)
