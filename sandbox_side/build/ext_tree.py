@@ -1,7 +1,7 @@
 """A build's extension folder as one message: a manifest and the files' bytes.
 
 The build sandbox writes only into size-capped tmpfs folders; what the run needs (sources, objects,
-the library, ninja's state) comes back over its pipe and the supervisor writes it into the build
+the library, ninja's state) comes back as its reply's payload and the supervisor writes it into the build
 cache itself. Modification times travel to the nanosecond: ninja decides from them (and from its
 own log) that the run's load_inline has nothing to rebuild. The sandbox side is
 sandbox_side/runtime/file_tree.py (`pack`, also used by a candidate runner to return its Triton cache);

@@ -1,8 +1,8 @@
 """Stage: compare candidate outputs with reference outputs, inside the problem's judge.
 
 The judge imports this module from the supervisor's package, mounted read-only. A candidate's
-outputs reach it as raw tensor bytes over a pipe (sandbox_side/runtime/wire.py), read into fresh
-storage only where shape and dtype are the expected ones: no object of the candidate's, with
+outputs reach it as raw tensor bytes in a sealed memory file (sandbox_side/runtime/wire.py), taken (as a
+private copy-on-write mapping) only where shape and dtype are the expected ones: no object of the candidate's, with
 overridden comparisons, ever reaches this code.
 """
 

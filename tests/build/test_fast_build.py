@@ -100,7 +100,7 @@ def test_kernel_error_is_reported_at_the_candidates_own_line(build_settings, tmp
     assert "undeclared_factor" in failure.record.reason
 
 
-# The build sandbox writes only into size-capped tmpfs folders; its built folder comes back over its pipe.
+# The build sandbox writes only into size-capped tmpfs folders; its built folder comes back as its reply's payload.
 FILLS_ITS_EXTENSION_FOLDER = '''import os
 with open(os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "fill"), "wb") as handle:
     for _ in range(256):

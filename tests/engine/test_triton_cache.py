@@ -1,5 +1,5 @@
 """Per-candidate Triton caches: one folder per candidate source, filled once from what a runner of that
-source sends back over its pipe, and never a path for one candidate to reach another's."""
+source sends back as its reply's payload, and never a path for one candidate to reach another's."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The sandboxed builder (sandbox_side/build) imports the candidate; each load_inline call builds
 through the fast path (kernels with nvcc, no torch headers; host code against a precompiled torch
 header) or, where the fast path declines, the usual full ninja build. The sandbox builds in its own
-size-capped tmpfs and sends the built folder back over its pipe (sandbox_side/build/ext_tree, at most
+size-capped tmpfs and sends the built folder back as its reply's payload (sandbox_side/build/ext_tree, at most
 KERNELJUDGE_SANDBOX_EXT_MB); this process writes it to a cache directory keyed by the candidate's
 source hash (plus torch version and target architecture). The GPU stage mounts it read-only into
 the candidate's runner, which copies it into its own capped extension folder, and torch finds the

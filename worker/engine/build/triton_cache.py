@@ -4,7 +4,7 @@ Each candidate source (its sha256, with the Triton version) has a cache folder o
 runner that serves that candidate gets it read-only as its built extension and copies it into its
 own size-capped extension folder (`/kj/ext`, where TRITON_CACHE_DIR points; worker/engine/launch.py).
 After the job, while the runner is still up, the supervisor asks it for what it compiled (op
-`triton_cache`: a manifest and the files' bytes over its pipe, sandbox_side/runtime/file_tree.py) and
+`triton_cache`: a manifest and the files' bytes as its reply's payload, sandbox_side/runtime/file_tree.py) and
 publishes that into the candidate's folder, once. Only runs of the same source read it: its
 correctness run, a retry, and duplicates of the same source, which are the same candidate. A
 candidate can never read or write another candidate's folder: the folder goes to runners of that
