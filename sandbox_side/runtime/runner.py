@@ -39,7 +39,6 @@ from sandbox_side.runtime.loader import (
     clone_args,
     fresh_on,
     load_module,
-    to_device,
     to_storable,
 )
 from sandbox_side.runtime.messages import (
@@ -286,7 +285,7 @@ class CandidateRunner(Runner):
             # writes into its inputs does so on every call, and inputs can be large.
             results.append(self._checked_call(fresh_on(args, self.device),
                                               f"in ModelNew.forward (trial {index})", index < INPUT_CHECK_TRIALS))
-        self.pool = [to_device(a, self.device) for a in data["pool"]]
+        self.pool = [fresh_on(a, self.device) for a in data["pool"]]  # its own storage, on every device
         # Last, and failures kept as results: a candidate that breaks on another shape is judged
         # for that (KJ-R09), not reported as a crash.
         shape_results = []
