@@ -103,6 +103,8 @@ class Outcome:
     timeline: dict = field(default_factory=dict)
     # How many timed calls each side ran (result.extra.timing_runs), where the job was timed.
     timing_runs: dict | None = None
+    # Where the start of the judge it started (or was the first to use) went (result.extra.judge_start).
+    judge_start: dict | None = None
 
 
 @dataclass
@@ -437,6 +439,7 @@ def outcome_of(job, origin=None) -> Outcome:
                    error=error, device_wait_s=result.extra.device_wait_s, timeline=timeline,
                    reference_cache=result.extra.reference_cache,
                    timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
+                   judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None)
 
 

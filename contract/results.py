@@ -318,6 +318,14 @@ class TimingVariantsNote(BaseModel):
     skipped: str | None = None
 
 
+class JudgeStartNote(BaseModel):
+    """Where a judge's start went, in seconds (the job that started it, or the first one it served)."""
+
+    launch_s: float = Field(description="Its sandbox's start and the reference's import (host work).")
+    device_wait_s: float = Field(description="Waiting for its shared hold on the device (behind a timing).")
+    generate_s: float = Field(description="The reference run on every input set, on the device, held shared.")
+
+
 class TimingRunsNote(BaseModel):
     """How many timed calls each side ran, in how many pairs of blocks."""
 
@@ -348,6 +356,8 @@ class ResultNotes(BaseModel):
         default=None, description="How the candidate source was taken out of a raw completion (/get_reward).")
     reference_cache: Literal["hit", "miss", "off"] | None = None
     reference_judge: str | None = Field(default=None, description="The judge was started ahead, and when.")
+    judge_start: JudgeStartNote | None = Field(
+        default=None, description="Where the start of the judge this job started, or was the first to use, went.")
     precision_skipped: str | None = Field(default=None, description="Why the float64 truth was not computed.")
     trials_sized: TrialsSizedNote | None = None
     perturbed_trials: list[int] | None = Field(

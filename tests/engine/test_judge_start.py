@@ -26,3 +26,9 @@ def test_a_judge_started_ahead_serves_the_job_warm(settings):
     assert result.status == EvalStatus.ok, result.error
     assert result.extra.reference_cache == "hit"
     assert result.extra.reference_judge.startswith("started ahead")
+    # Where the start went, for the first job it served: host work, then the device's hold and the generation.
+    start = result.extra.judge_start
+    assert start is not None and start.launch_s > 0 and start.generate_s > 0 and start.device_wait_s >= 0
+    assert start.launch_s + start.device_wait_s + start.generate_s <= entry.miss_cost_s + 0.01
+    again = evaluate(request, settings=settings)
+    assert again.extra.reference_cache == "hit" and again.extra.judge_start is None  # said once, by the first

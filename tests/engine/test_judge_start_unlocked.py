@@ -40,3 +40,5 @@ def test_a_judge_starts_without_the_device_and_generates_holding_it_shared(setti
     assert result.status == EvalStatus.ok, result.error
     assert result.extra.reference_cache == "miss"
     assert seen == {"launch": 0, "generate": 1}
+    start = result.extra.judge_start  # the job that started its judge says where that start went
+    assert start is not None and start.launch_s > 0 and start.generate_s > 0 and start.device_wait_s >= 0

@@ -28,6 +28,8 @@ def test_the_benchmark_reads_every_job_the_server_finished(tmp_path):
         if outcome.verdict == "ok":  # timed: how many calls its window measured, each side
             assert outcome.timing_runs and outcome.timing_runs["candidate"] > 0, (name, outcome.timing_runs)
     assert "host cores" in phase.busy, phase.busy
+    # The first job of each problem says where its judge's start went (the server's fresh cache had none).
+    assert any(o.judge_start and o.judge_start["generate_s"] > 0 for o in phase.outcomes.values())
 
 
 def test_a_budget_cut_batch_still_counts_at_least_what_the_server_finished(tmp_path):

@@ -252,6 +252,7 @@ class DeviceStage:
             self.builder.extra.reference_cache = "hit"
             if entry.prestarted and entry.uses == 1:
                 self.builder.extra.reference_judge = "started ahead, while the candidate was prepared"
+                self.builder.extra.judge_start = entry.start
         else:
             # The judge's process start, CUDA set-up and the reference's import are host work: they hold
             # no device lock (holding it shared for those 5-6 s kept every other job's timing waiting);
@@ -273,6 +274,7 @@ class DeviceStage:
                 return self.builder.reference_failure(failure)
             entry = self.cache.add(entry)
             self.builder.extra.reference_cache = "off" if self.settings.reference_cache_entries <= 0 else "miss"
+            self.builder.extra.judge_start = entry.start
         generated = entry.judge.generated
         assert generated is not None
         self._record_environment(generated.environment)

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
 from contract.requests import EvalRequest
+from contract.results import JudgeStartNote
 from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
 from worker.engine.memory_budget import measure_judge
@@ -65,12 +66,18 @@ def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey,
     started = time.monotonic()
     try:
         judge.launch(deadline)
+        launched = time.monotonic()
         with on_device():
+            held = time.monotonic()
             generated = judge.generate(seeds, deadline, shape_max_bytes=settings.shape_trial_max_bytes)
     except BaseException:
         judge.close()
         raise
-    entry = CachedReference(key, judge, seeds, miss_cost_s=max(time.monotonic() - started, 0.01))
+    ended = time.monotonic()
+    entry = CachedReference(key, judge, seeds, miss_cost_s=max(ended - started, 0.01),
+                            start=JudgeStartNote(launch_s=round(launched - started, 3),
+                                                 device_wait_s=round(held - launched, 3),
+                                                 generate_s=round(ended - held, 3)))
     entry.held = measure_judge(judge.pid, generated.device_bytes, on_gpu=opts.device.value == "cuda",
                                sealed_bytes=generated.input_bytes)
     return entry

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 
 from contract.requests import EvalOptions
+from contract.results import JudgeStartNote
 from contract.statuses import Device, SandboxKind
 from worker.engine.engine_settings import EngineSettings
 from worker.engine.memory_budget import HeldMemory, MemoryBudget
@@ -109,6 +110,7 @@ class CachedReference:
     held: HeldMemory = field(default_factory=HeldMemory)
     value: float = 0.0  # GreedyDual-Size priority: the lowest goes first
     prestarted: bool = False  # started ahead of its first job (judge_start.JudgeWarmer)
+    start: JudgeStartNote | None = None  # where its start went (judge_start.start_entry)
 
     def age_s(self) -> float:
         return time.monotonic() - self.created_at
