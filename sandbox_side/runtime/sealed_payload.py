@@ -79,15 +79,6 @@ class SealedBuffer:
             raise PayloadError(f"the payload's memory file holds {size} bytes, {nbytes} announced")
         return cls(fd, nbytes)
 
-    def read_into(self, target: memoryview, offset: int) -> None:
-        """Copy len(target) bytes from `offset` into `target`."""
-        done = 0
-        while done < len(target):
-            got = os.preadv(self.fd, [target[done:]], offset + done)
-            if got <= 0:
-                raise PayloadError("the payload ended early")
-            done += got
-
     def map_private(self) -> mmap.mmap:
         """A private, copy-on-write mapping of the file: tensors over it are the receiver's own (its writes
         reach nobody) and the sender can no longer change them (the seals). It stays mapped while a buffer
@@ -95,8 +86,14 @@ class SealedBuffer:
         return mmap.mmap(self.fd, self.nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
 
     def read(self) -> bytes:
+        """The whole payload, copied (a packed folder's bytes)."""
         data = bytearray(self.nbytes)
-        self.read_into(memoryview(data), 0)
+        view, done = memoryview(data), 0
+        while done < self.nbytes:
+            got = os.preadv(self.fd, [view[done:]], done)
+            if got <= 0:
+                raise PayloadError("the payload ended early")
+            done += got
         return bytes(data)
 
     def send(self, sock: socket.socket) -> None:
@@ -112,12 +109,6 @@ class SealedBuffer:
             os.close(fd)
 
     def __del__(self) -> None:
-        self.close()
-
-    def __enter__(self) -> SealedBuffer:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from worker.config.env_section import EnvSection
 
 # Jobs in device stages at once per device when the configuration leaves it unset. On a GPU the
-# correctness stages are mostly host work (pipe copies, module loads, judge and runner starts: the card
+# correctness stages are mostly host work (module loads, judge and runner starts, builds: the card
 # was 4-11% busy with 2 or 8 jobs on it, benchmarks/results/throughput_gpu_2026-11-26_h200.md), so many
 # share it; the card's memory is admitted by measurement (gpu_schedule). A CPU worker's jobs share its cores.
 DEFAULT_DEVICE_CONCURRENCY = 2
