@@ -322,8 +322,12 @@ class JudgeStartNote(BaseModel):
     """Where a judge's start went, in seconds (the job that started it, or the first one it served)."""
 
     launch_s: float = Field(description="Its sandbox's start and the reference's import (host work).")
-    device_wait_s: float = Field(description="Waiting for its shared hold on the device (behind a timing).")
-    generate_s: float = Field(description="The reference run on every input set, on the device, held shared.")
+    device_wait_s: float = Field(description="Waiting for its shared hold on the device (behind timings).")
+    generate_s: float = Field(description="The reference run on every input set, its waits for the device excluded.")
+    steps_s: dict[str, float] = Field(default_factory=dict, description=(
+        "Each step of the generation, on the supervisor's clock, its waits excluded: `inputs` and `seal` are host "
+        "work that holds no device; `trials`, `truths`, `pool`, `shape`, `probes` and `physics` hold it shared."))
+    yields: int = Field(0, description="Steps at which it let a waiting timing have the device first.")
 
 
 class TimingRunsNote(BaseModel):

@@ -50,6 +50,9 @@ from sandbox_side.runtime.messages import (
     Inputs,
     InputsDone,
     MakeTimingVariants,
+    MessageError,
+    Proceed,
+    StepReached,
     Time,
     TimedChecked,
     VariantsMade,
@@ -137,7 +140,22 @@ class JudgeRunner(Runner):
             raise classify(exc, "in get_inputs()") from exc
 
     # -- generate ----------------------------------------------------------------------
+    def _step(self, step: str, *, device: bool) -> None:
+        """Tell the supervisor that generating reached `step`, its device work so far ended, and wait for its
+        go-ahead (messages.StepReached): between steps a timing that waits may have the device first, and a
+        host-only step holds none of it (a whole generation held shared kept every timing waiting for up to 30 s)."""
+        self._sync()
+        self.channel.reply(StepReached(step=step, device=device))
+        message = self.channel.receive()
+        if message is None:
+            raise UserCodeError(FailureKind.protocol, f"the supervisor left while the judge was at step {step!r}")
+        try:
+            Proceed.decode(message)
+        except MessageError as exc:
+            raise UserCodeError(FailureKind.protocol, f"expected to proceed past step {step!r}: {exc}") from None
+
     def op_generate(self, command: Generate) -> None:
+        self._step("inputs", device=False)
         torch.manual_seed(command.init_seed)
         try:
             init_inputs = list(self.module.get_init_inputs())
@@ -145,6 +163,7 @@ class JudgeRunner(Runner):
             raise classify(exc, "in get_init_inputs()") from exc
         trials = [self._inputs(seed) for seed in command.trial_seeds]
         pool = [self._inputs(seed) for seed in command.pool_seeds]
+        self._step("trials", device=True)
         self._construct("Model", init_inputs, command.init_seed)
         first = self._call(fresh_on(trials[0], self.device), "in Model.forward (trial 0)")
         set_bytes = input_bytes(trials[0]) + _nbytes_args(first["tensors"])
@@ -157,12 +176,15 @@ class JudgeRunner(Runner):
                                    for i, a in enumerate(trials[1:], start=1)]
         tolerances = correctness.tolerance_table(command.atol, command.rtol)
         self.perturbed = self._perturb_degenerate(trials, trial_outputs, tolerances)
+        self._step("truths", device=True)
         double = reference_checks.Float64Reference(
             self.model, lambda model, args: self._call(args, "in Model.forward (float64)", model),
             lambda args: to_device(args, self.device))
         truths, truth_skipped = double.truths(trials)
+        self._step("pool", device=True)
         pool_outputs = [self._call(fresh_on(a, self.device), "in Model.forward (timing inputs)")
                         for a in pool]
+        self._step("shape", device=True)
         shape_inputs, shape_outputs, self.shape_info = self._shape_trial(command.shape_seeds,
                                                                          command.shape_max_bytes)
         self.init_inputs, self.trial_inputs, self.pool_inputs, self.shape_inputs = init_inputs, trials, pool, \
@@ -173,11 +195,14 @@ class JudgeRunner(Runner):
         self.ref_pool = [self._kept(o) for o in pool_outputs]
         self.ref_shape = [self._kept(o) for o in shape_outputs]
         self.shape_truths = self._kept_truths(double, shape_inputs)
+        self._step("probes", device=True)
         self._probe_trials(probe_seed(command.trial_seeds), command.probe_max_bytes, trial_outputs[0],
                            double, truth_skipped)
         double.close()
         self.pool = [to_device(a, self.device) for a in pool]
+        self._step("physics", device=True)
         measured = self._physics(command.physics_measures)
+        self._step("seal", device=False)
         # The probes run as further trials: nothing in a candidate's run tells them apart.
         self.sealed_inputs = wire.seal({"init_inputs": init_inputs, "trials": trials + [p.args for p in self.probes],
                                         "pool": pool, "shape_trials": shape_inputs})

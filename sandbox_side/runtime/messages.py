@@ -244,6 +244,14 @@ class Generate(Command):
 
 
 @dataclass
+class Proceed(Command):
+    """Go on past the step the judge reached (StepReached): the supervisor's hold on the device is what the step
+    asked for. No reply of its own: the next is the next step's, or Generated."""
+
+    NAME: ClassVar[str] = "proceed"
+
+
+@dataclass
 class Inputs(Command):
     """The input sets for one candidate. Reply: InputsDone."""
 
@@ -332,6 +340,17 @@ class ErrorReply(Reply):
         if kind.value != raw:
             text = f"the sandbox reported a failure of no known kind ({str(raw)[:100]!r}): {text}"
         return cls(kind=kind, message=text, detail=detail)
+
+
+@dataclass
+class StepReached(Reply):
+    """A judge generating its reference's outputs reached `step`, its device work so far ended (synchronised);
+    `device`: whether the step's work uses the device. It waits for Proceed (gpu_schedule: the supervisor lets a
+    waiting timing go first, and holds nothing over host-only steps)."""
+
+    NAME: ClassVar[str] = "step"
+    step: str
+    device: bool
 
 
 @dataclass

@@ -10,7 +10,6 @@ sides never overlap.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -19,7 +18,6 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Iterator
 
 from contract.results import (
     CorrectnessReport,
@@ -55,6 +53,7 @@ from worker.engine.launch import RunnerSession, UserFailure
 from worker.engine.policy.registry import is_disabled
 from worker.engine.prepared_job import PreparedJob, StageCallback, notify
 from worker.engine.reference import judge_start
+from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import Comparison, JudgeStartFailure, TimedCheck
 from worker.engine.reference.reference_cache import CachedReference, cache_for
 from worker.engine.sandbox_pool import PoolEmpty, WarmRunner, pool_for
@@ -260,7 +259,7 @@ class DeviceStage:
             notify(self.on_stage, Stage.reference_wait)
             try:
                 entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s,
-                                                on_device=self._reference_on_device)
+                                                self._generate_hold())
             except JudgeStartFailure as failed:
                 # Nothing of the reference ran (on two H100s a lane's judges could not see their GPU, and
                 # every job of that lane was called the reference's fault): the harness's failure.
@@ -293,10 +292,13 @@ class DeviceStage:
         compile_baseline.request(self._baseline_key, request.reference, opts, self.settings)
         return entry
 
-    @contextlib.contextmanager
-    def _reference_on_device(self) -> Iterator[None]:
-        notify(self.on_stage, Stage.reference)
-        yield
+    def _generate_hold(self) -> GenerateHold:
+        """The job's own lease holds the device for its judge's generation: shared in `reference`, nothing in
+        `reference_wait` (host-only steps, and between steps while a timing goes first)."""
+        schedule = self.settings.gpu_schedule
+        return GenerateHold(acquire=lambda: notify(self.on_stage, Stage.reference),
+                            release=lambda: notify(self.on_stage, Stage.reference_wait),
+                            timing_waits=lambda: schedule is not None and schedule.state().waiting_exclusive > 0)
 
     def _judge_call(self, during: str, call):
         try:

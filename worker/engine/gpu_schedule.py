@@ -11,7 +11,7 @@ The service's pipeline moves each job's `DeviceLease` by the engine's stage noti
 (`worker.engine.StageCallback`, stage names in worker/engine/stage.py): `timing` takes the device
 exclusively, `reward` lets it go, any other device stage holds it shared, except the waits
 (`reference_wait`, `compile_baseline_wait`), which hold nothing. Engine code that uses the device outside a job's stages takes the schedule
-itself: a judge started ahead generates under `shared()`, the baseline worker compiles under
+itself: a judge generating holds it shared step by step (reference/generate_hold.py), the baseline worker compiles under
 `background()` and times under `exclusive()`; `exclusive()` is re-entrant in the thread holding
 it, so taking it inside a job's timing stage does not deadlock.
 """

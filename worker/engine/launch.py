@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,7 +15,17 @@ import sandbox_side
 from contract.statuses import SandboxKind
 from sandbox_side.runtime.failure_kind import FailureKind
 from sandbox_side.runtime.harness_output import USER_OUTPUT_MARK
-from sandbox_side.runtime.messages import Command, ErrorReply, Load, Loaded, MessageError, Ready, Reply
+from sandbox_side.runtime.messages import (
+    Command,
+    ErrorReply,
+    Load,
+    Loaded,
+    MessageError,
+    Proceed,
+    Ready,
+    Reply,
+    StepReached,
+)
 from worker.engine.engine_settings import EngineSettings
 from worker.engine.gpu_arch import visible_devices_value
 from worker.engine.sandbox import (
@@ -196,15 +207,20 @@ class RunnerSession:
     def request(self, command: Command, reply: type[R], deadline: float) -> R:
         """Send one command and read its reply, which must be a `reply`. A command's payload (the sealed memory
         file another runner sent, as it came) goes along."""
-        carried = command.carried
-        buffer = carried.buffer if carried is not None else None
-        if carried is not None and carried.nbytes and buffer is None:
-            raise ValueError(f"{command.NAME!r} announces {carried.nbytes} payload bytes and holds none")
-        try:
-            self.process.send(command.to_message(), payload=buffer)
-        except (BrokenPipeError, OSError):
-            pass  # the child is gone; _expect reports how it ended
+        self._send(command)
         return self._expect(reply, deadline)
+
+    def stepped_request(self, command: Command, reply: type[R], deadline: float,
+                        on_step: Callable[[StepReached], None]) -> R:
+        """`request` for a command whose runner stops at steps on the way (a judge's Generate): each step goes
+        to `on_step` (which moves the device hold), then the runner is told to proceed."""
+        self._send(command)
+        while True:
+            message = self._receive(deadline)
+            if message.get("event") != StepReached.NAME:
+                return read_reply(message, reply)
+            on_step(read_reply(message, StepReached))
+            self._send(Proceed())
 
     def timed_request(self, command: Command, reply: type[R], deadline: float) -> tuple[R, float]:
         """`request`, and the supervisor's own clock around it in seconds: from just before the command
@@ -213,14 +229,26 @@ class RunnerSession:
         answer = self.request(command, reply, deadline)
         return answer, self.process.received_at - sent
 
-    def _expect(self, reply: type[R], deadline: float) -> R:
+    def _send(self, command: Command) -> None:
+        carried = command.carried
+        buffer = carried.buffer if carried is not None else None
+        if carried is not None and carried.nbytes and buffer is None:
+            raise ValueError(f"{command.NAME!r} announces {carried.nbytes} payload bytes and holds none")
         try:
-            message = self.process.receive(deadline - time.monotonic())
+            self.process.send(command.to_message(), payload=buffer)
+        except (BrokenPipeError, OSError):
+            pass  # the child is gone; _receive reports how it ended
+
+    def _expect(self, reply: type[R], deadline: float) -> R:
+        return read_reply(self._receive(deadline), reply)
+
+    def _receive(self, deadline: float) -> dict[str, Any]:
+        try:
+            return self.process.receive(deadline - time.monotonic())
         except SandboxTimeout as exc:
             raise UserFailure(FailureKind.timeout, str(exc)) from None
         except SandboxExited as exc:
             raise UserFailure(FailureKind.crashed, exc.describe(), exc.detail) from None
-        return read_reply(message, reply)
 
     def logs(self) -> str:
         """The loaded module's own output (stdout, then stderr): nothing the runner printed before

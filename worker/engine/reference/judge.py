@@ -41,6 +41,7 @@ from sandbox_side.runtime.messages import (
 )
 from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
+from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.sandbox import ResourceLimits
 from worker.engine.sandbox.process import DEFAULT_MAX_PAYLOAD_BYTES
 from worker.engine.timing.timing_protocol import TimedBlock
@@ -163,9 +164,11 @@ class JudgeSession:
             raise JudgeStartFailure(failure) from failure
         self.session.load(self.reference, deadline)
 
-    def generate(self, seeds: dict[str, Any], deadline: float, *, shape_max_bytes: int) -> GeneratedReference:
-        """Run the reference on every input set (`seeds`: reference_cache.new_seeds's) and keep the outputs
-        (device work)."""
+    def generate(self, seeds: dict[str, Any], deadline: float, *, shape_max_bytes: int,
+                 hold: GenerateHold | None = None) -> GeneratedReference:
+        """Run the reference on every input set (`seeds`: reference_cache.new_seeds's) and keep the outputs,
+        holding the device step by step with `hold` (generate_hold; it is let go at the end)."""
+        hold = hold if hold is not None else GenerateHold()
         measures = physics.measures_wanted(self.options.device.value, self.session.environment.get("gpu_name"),
                                            self.settings)
         command = Generate(init_seed=seeds["init_seed"], trial_seeds=seeds["trial_seeds"],
@@ -173,7 +176,10 @@ class JudgeSession:
                            shape_max_bytes=shape_max_bytes, probe_max_bytes=self.probe_max_bytes,
                            atol=self.options.atol, rtol=self.options.rtol, physics_measures=measures,
                            trial_bytes_budget=self.settings.trial_bytes_budget)
-        reply = self.session.request(command, Generated, deadline)
+        try:
+            reply = self.session.stepped_request(command, Generated, deadline, hold.step)
+        finally:
+            hold.end()
         self.generated = GeneratedReference(
             environment=self.session.environment, shape_info=reply.shape_trial,
             perturbed_trials=reply.perturbed_trials,

@@ -2,9 +2,9 @@
 
 A judge starts in two steps: the sandbox and the reference's import (host work, on the build cores,
 so that it never competes with a job timing on the lane's reserved cores), then `generate`, which
-runs the reference on the device and holds the device shared like any correctness stage. It stays on
-the shared cores; only a timing window moves it to the lane's reserved cores (cpu_plan.timing_cores). What it cost and
-what it holds are measured for the cache (its miss cost and its share of the memory budget).
+runs the reference on the device, holding it shared over its device steps only and letting a waiting
+timing go first between steps (generate_hold). It stays on the shared cores; only a timing window moves it
+to the lane's reserved cores (cpu_plan.timing_cores). What it cost and what it holds are measured for the cache (its miss cost and its share of the memory budget).
 
 `JudgeWarmer` starts judges ahead of their jobs: the service's pipeline asks it as soon as it
 claims a job (worker/jobs/pipeline.py), so that the reference stage (5-15 s for a new judge on an
@@ -14,13 +14,10 @@ device slot; a job whose problem's judge is starting waits for it (reference_cac
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
 
 from contract.requests import EvalRequest
 from contract.results import JudgeStartNote
@@ -28,6 +25,7 @@ from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
 from worker.engine.memory_budget import measure_judge
 from worker.engine.policy.registry import is_disabled
+from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import JudgeSession, JudgeStartFailure
 from worker.engine.reference.reference_cache import (
     CachedReference,
@@ -53,9 +51,9 @@ def key_of(request: EvalRequest, settings: EngineSettings) -> ProblemKey:
 
 
 def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey, deadline: float,
-                on_device: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> CachedReference:
+                hold: GenerateHold) -> CachedReference:
     """A new judge for `request`'s problem, generated and measured (UserFailure: the reference failed;
-    the judge is closed then). `on_device` holds the device around `generate`."""
+    the judge is closed then). `hold` holds the device over `generate`'s device steps (generate_hold)."""
     opts = request.options
     seeds = new_seeds(opts.seed, opts.trials, settings.timing_pool_size)
     if not shape_check_of(request):
@@ -67,17 +65,16 @@ def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey,
     try:
         judge.launch(deadline)
         launched = time.monotonic()
-        with on_device():
-            held = time.monotonic()
-            generated = judge.generate(seeds, deadline, shape_max_bytes=settings.shape_trial_max_bytes)
+        generated = judge.generate(seeds, deadline, shape_max_bytes=settings.shape_trial_max_bytes, hold=hold)
     except BaseException:
         judge.close()
         raise
     ended = time.monotonic()
     entry = CachedReference(key, judge, seeds, miss_cost_s=max(ended - started, 0.01),
                             start=JudgeStartNote(launch_s=round(launched - started, 3),
-                                                 device_wait_s=round(held - launched, 3),
-                                                 generate_s=round(ended - held, 3)))
+                                                 device_wait_s=round(hold.device_wait_s, 3),
+                                                 generate_s=round(ended - launched - hold.device_wait_s, 3),
+                                                 steps_s=dict(hold.steps_s), yields=hold.yields))
     entry.held = measure_judge(judge.pid, generated.device_bytes, on_gpu=opts.device.value == "cuda",
                                sealed_bytes=generated.input_bytes)
     return entry
@@ -105,10 +102,9 @@ class JudgeWarmer:
         return True
 
     def _start(self, request: EvalRequest, settings: EngineSettings, key: ProblemKey) -> None:
-        schedule = settings.gpu_schedule
-        hold = schedule.shared if schedule is not None else contextlib.nullcontext
+        hold = GenerateHold.on_schedule(settings.gpu_schedule)
         try:
-            entry = start_entry(request, settings, key, time.monotonic() + WARM_LIMIT_S, on_device=hold)
+            entry = start_entry(request, settings, key, time.monotonic() + WARM_LIMIT_S, hold)
         except UserFailure as failure:
             # The job's own reference stage starts it again and reports the failure as its verdict.
             log.info("a judge started ahead failed (%s); its job starts its own", failure.kind)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from contract.requests import EvalOptions
 from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
+from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import JudgeSession
 from worker.engine.reference.reference_cache import new_seeds
 from worker.engine.timing.baselines import (
@@ -80,8 +81,7 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
         else socket.gethostname()
     try:
         judge.launch(deadline)
-        with schedule.shared() if schedule is not None else contextlib.nullcontext():
-            generated = judge.generate(seeds, deadline, shape_max_bytes=0)
+        generated = judge.generate(seeds, deadline, shape_max_bytes=0, hold=GenerateHold.on_schedule(schedule))
         key = BaselineKey.of(task.reference, opts.device.value, generated.environment.get("gpu_name"))
         with schedule.background() if schedule is not None else contextlib.nullcontext():
             try:
