@@ -13,9 +13,12 @@ The rules, among the queued jobs of the highest priority (a lower priority never
    different problems among the prepared jobs (pipeline.py `_next_ready`).
 2. **Otherwise open a problem, fairly.** The key served least recently by this lane goes first
    (a key with one job is not starved by a key with thousands); among that key's problems, one
-   whose judge is already warm on this lane, else the one with the oldest job; a problem whose
+   that no other lane of the process holds (jobs in flight, its turn open) or has warm (`elsewhere`), then one
+   whose judge is already warm on this lane, then the one with the oldest job; a problem whose
    streak ran out is not opened while another can be. Opening a problem gives every problem whose
-   streak ran out a new turn.
+   streak ran out a new turn. A second judge of one problem on another GPU costs 10-40 s of host
+   and device time (on 2 GPUs, 16 problems started 35 judges when both lanes opened the oldest),
+   so lanes open different problems; one held elsewhere is still opened when no other is queued.
 3. **Within a problem,** the key served least recently, then its oldest job.
 
 When only one problem waits, it is claimed whatever its streak or in-flight count: the limits only
@@ -44,7 +47,9 @@ class ClaimPolicy:
     _claims: int = 0
 
     def choose(self, groups: list[QueueGroup], in_flight: Mapping[str, int],
-               warm: Collection[str] = ()) -> ClaimChoice | None:
+               warm: Collection[str] = (), elsewhere: Collection[str] = ()) -> ClaimChoice | None:
+        """`in_flight`: this lane's claimed, unfinished jobs per problem; `warm`: problems with a judge on
+        this lane; `elsewhere`: problems the process's other lanes hold or have warm."""
         if not groups:
             return None
         top = max(g.priority for g in groups)
@@ -58,8 +63,13 @@ class ClaimPolicy:
         if len(oldest) == 1:
             problem = next(iter(oldest))
         else:
-            problem = self._continued(oldest, in_flight) or self._opened(groups, oldest, in_flight, warm)
+            problem = (self._continued(oldest, in_flight)
+                       or self._opened(groups, oldest, in_flight, warm, elsewhere))
         return ClaimChoice(top, self._key_within(problem, groups), problem)
+
+    def open_problems(self) -> set[str]:
+        """The problems whose turn on this lane is open (claimed in this turn, jobs of them still queued)."""
+        return set(self._streak)
 
     def claimed(self, choice: ClaimChoice) -> None:
         """Record a claim made with `choice`."""
@@ -74,7 +84,7 @@ class ClaimPolicy:
         return min(open_, key=lambda p: (self._opened_at.get(p, 0), oldest[p])) if open_ else None
 
     def _opened(self, groups: list[QueueGroup], oldest: dict[str, float], in_flight: Mapping[str, int],
-                warm: Collection[str]) -> str:
+                warm: Collection[str], elsewhere: Collection[str]) -> str:
         def turn_left(problem: str) -> bool:
             return in_flight.get(problem, 0) < self.per_problem and self._streak.get(problem, 0) < self.burst
 
@@ -82,7 +92,7 @@ class ClaimPolicy:
         key = min({g.api_key_id for g in eligible},
                   key=lambda k: (self._key_served.get(k, 0), min(g.oldest for g in eligible if g.api_key_id == k)))
         problems = {g.problem_id for g in eligible if g.api_key_id == key}
-        problem = min(problems, key=lambda p: (p not in warm, oldest[p]))
+        problem = min(problems, key=lambda p: (p in elsewhere, p not in warm, oldest[p]))
         # Every problem whose streak ran out gets a new turn once another problem has been opened.
         for other, streak in list(self._streak.items()):
             if other != problem and streak >= self.burst:

@@ -177,23 +177,34 @@ class DeviceLane:
     # ---- what to claim --------------------------------------------------------------------
 
     def claim_next(self) -> Job | None:
-        """Claim the next queued job for this lane by its claim policy (worker/jobs/claim_policy.py)."""
+        """Claim the next queued job for this lane by its claim policy (worker/jobs/claim_policy.py). The lanes
+        of a process claim one at a time, each seeing what the others hold (`held_problems`): two lanes claiming
+        at once both opened the oldest problem, and each started a judge of it."""
         store = self.pipeline.store
-        warm = self._warm_problems()
-        chosen: list[ClaimChoice] = []
+        with self.pipeline.claim_lock:
+            warm = self._warm_problems()
+            elsewhere = set().union(*(lane.held_problems() for lane in self.pipeline.lanes if lane is not self))
+            chosen: list[ClaimChoice] = []
+            with self._cond:
+                in_flight = dict(self._in_flight)
+
+            def choose(groups):
+                choice = self.claims.choose(groups, in_flight, warm, elsewhere)
+                if choice is not None:
+                    chosen.append(choice)
+                return choice
+
+            job = store.claim_next(self.identity.name, self.identity.gpu, choose)
+            if job is not None and chosen:
+                self.claims.claimed(chosen[-1])
+            return job
+
+    def held_problems(self) -> set[str]:
+        """Problems this lane serves: jobs of them in flight, its turn open on them (claim_policy), or a judge of
+        them warm. Other lanes open other problems first. Called with the pipeline's claim lock held."""
         with self._cond:
-            in_flight = dict(self._in_flight)
-
-        def choose(groups):
-            choice = self.claims.choose(groups, in_flight, warm)
-            if choice is not None:
-                chosen.append(choice)
-            return choice
-
-        job = store.claim_next(self.identity.name, self.identity.gpu, choose)
-        if job is not None and chosen:
-            self.claims.claimed(chosen[-1])
-        return job
+            in_flight = set(self._in_flight)
+        return in_flight | self.claims.open_problems() | self._warm_problems()
 
     def _warm_problems(self) -> set[str]:
         calls = self.pipeline.engine
@@ -536,6 +547,7 @@ class JobPipeline:
         self.prepare_pool = ThreadPoolExecutor(self.config.prepare_threads, thread_name_prefix="kj-prepare")
         self._pool_lock = threading.Lock()
         self.baselines = StoreBaselineBook(store)
+        self.claim_lock = threading.Lock()  # the lanes' claims, one at a time (DeviceLane.claim_next)
         self.lanes = [DeviceLane(self, identity, index, len(identities)) for index, identity in enumerate(identities)]
         self.watchdog: LaneWatchdog | None = None
 
