@@ -61,6 +61,45 @@ def test_an_entry_serves_its_key_only_and_one_job_at_a_time():
     assert not entry.judge.closed.is_set()
 
 
+def test_a_job_waits_for_its_problems_busy_judge_rather_than_start_another():
+    """Starting a judge costs 10-40 s on an H100, a job's use of one seconds: a job whose problem's judges are
+    all busy waits for one to come back, for at most what starting one cost."""
+    cache = _cache()
+    key = _key()
+    entry = cache.add(_entry(key))  # held by its creator
+    entry.miss_cost_s = 600.0
+    waiting = threading.Event()
+    got: list[CachedReference | None] = []
+    original = cache._checkout_now
+
+    def checkout_now(k):
+        found = original(k)
+        if found[0] is None:
+            waiting.set()  # it found the judge busy and is about to wait for it
+        return found
+
+    cache._checkout_now = checkout_now  # type: ignore[method-assign]
+    waiter = threading.Thread(target=lambda: got.append(cache.checkout(key, wait_limit_s=600.0)))
+    waiter.start()
+    assert waiting.wait(30)
+    cache.checkin(entry, healthy=True)
+    waiter.join(30)
+    assert got == [entry]
+    cache.checkin(entry, healthy=True)
+
+
+def test_the_wait_for_a_busy_judge_is_bounded_by_its_start_cost_and_skipped_without_one():
+    cache = _cache()
+    key = _key()
+    assert cache.checkout(key, wait_limit_s=600.0) is None, "no judge of the problem: nothing to wait for"
+    entry = cache.add(_entry(key))
+    entry.miss_cost_s = 0.05  # a judge that starts this fast is not worth waiting long for
+    assert cache.checkout(key, wait_limit_s=600.0) is None
+    entry.miss_cost_s = 600.0
+    assert cache.checkout(key, wait_limit_s=0.05) is None, "and never longer than the caller's limit"
+    cache.checkin(entry, healthy=True)
+
+
 def test_an_unhealthy_entry_is_dropped_and_its_judge_closed():
     cache = _cache()
     key = _key()

@@ -239,14 +239,22 @@ class DeviceStage:
         self._compile_record: CompileBaselineRecord | None = None
         key = judge_start.key_of(request, self.settings)
         entry = self.cache.checkout(key)
-        warming = self.cache.warming(key) if entry is None else None
-        if warming is not None:
-            # Its judge is being started ahead (judge_start.JudgeWarmer), and needs the device to
-            # generate: wait for it holding nothing, rather than start a second one.
+        if entry is None:
+            # Waits for a judge hold nothing on the device (its start needs the device to generate).
             notify(self.on_stage, Stage.reference_wait)
-            warming.wait(opts.limits.run_s)
-            notify(self.on_stage, Stage.reference)
-            entry = self.cache.checkout(key)
+            warming = self.cache.warming(key)
+            if warming is not None:  # being started ahead (judge_start.JudgeWarmer): rather than start a second
+                warming.wait(opts.limits.run_s)
+            waited = time.monotonic()
+            # Every judge of the problem busy with another job: waiting for one costs less than starting another.
+            entry = self.cache.checkout(key, wait_limit_s=opts.limits.run_s)
+            if entry is not None:
+                notify(self.on_stage, Stage.reference)
+                spent = time.monotonic() - waited
+                if spent >= 0.01:
+                    self.builder.extra.reference_judge = (
+                        f"waited {spent:.2f} s for its problem's judge, busy with another job (starting another "
+                        "would have taken longer)")
         if entry is not None:
             self.builder.extra.reference_cache = "hit"
             if entry.prestarted and entry.uses == 1:
@@ -256,7 +264,6 @@ class DeviceStage:
             # The judge's process start, CUDA set-up and the reference's import are host work: they hold
             # no device lock (holding it shared for those 5-6 s kept every other job's timing waiting);
             # only generating the reference's outputs does.
-            notify(self.on_stage, Stage.reference_wait)
             try:
                 entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s,
                                                 self._generate_hold())

@@ -141,13 +141,42 @@ class ReferenceCache:
         self._inflation = 0.0
         self._evicted = 0
         self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)  # an entry came back (checkin)
+        self._checkins = 0
 
     # -- jobs ------------------------------------------------------------------------------
-    def checkout(self, key: ProblemKey) -> CachedReference | None:
+    def checkout(self, key: ProblemKey, wait_limit_s: float = 0.0) -> CachedReference | None:
         """A live, fresh, free entry of the key, locked for the caller (release with `checkin`); None if
-        there is none. Stale or dead entries are retired here (their judges closed)."""
+        there is none. Stale or dead entries are retired here (their judges closed).
+
+        `wait_limit_s`: when every live entry of the key is busy (other jobs of the problem hold them), wait for
+        one to come back, for as long as starting another judge cost (the longest `miss_cost_s` among them:
+        10-40 s on an H100, against seconds for a job's use of one) and at most this long."""
+        deadline: float | None = None
+        while True:
+            with self._lock:
+                seen = self._checkins
+            found, busy_cost_s = self._checkout_now(key)
+            if found is not None or busy_cost_s is None:
+                return found
+            if deadline is None:
+                deadline = time.monotonic() + min(wait_limit_s, busy_cost_s)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._wait_for_checkin(seen, remaining)
+
+    def _wait_for_checkin(self, seen: int, timeout_s: float) -> None:
+        """Until an entry comes back after the `seen`-th checkin, or `timeout_s` passes."""
+        with self._returned:
+            self._returned.wait_for(lambda: self._checkins != seen, timeout_s)
+
+    def _checkout_now(self, key: ProblemKey) -> tuple[CachedReference | None, float | None]:
+        """(a free entry, locked) or (None, the longest miss cost among the key's busy live entries; None when
+        there is none)."""
         stale: list[CachedReference] = []
         found = None
+        busy_cost_s: float | None = None
         with self._lock:
             for entry in list(self._entries.get(key, ())):
                 if not entry.judge.alive or entry.age_s() > self.max_age_s or entry.uses >= self.max_uses:
@@ -158,13 +187,15 @@ class ReferenceCache:
                     continue
                 if found is None and entry.lock.acquire(blocking=False):
                     found = entry
+                elif found is None:
+                    busy_cost_s = max(busy_cost_s or 0.0, entry.miss_cost_s)
             if found is not None:
                 found.uses += 1
                 found.value = self._inflation + found.miss_cost_s / self._share(found)
                 self._held_by_me(found)
         for entry in stale:
             self._retire(entry)
-        return found
+        return found, busy_cost_s if found is None else None
 
     def add(self, entry: CachedReference, *, hold: bool = True) -> CachedReference:
         """Keep a freshly generated entry (locked for its creator unless `hold` is False: a judge started
@@ -197,11 +228,12 @@ class ReferenceCache:
             self._holders.pop(id(entry), None)
             if not (healthy and entry.cached):
                 self._remove(entry)
-        if healthy and entry.cached:
-            entry.lock.release()
-            return
         entry.lock.release()
-        self._retire(entry)
+        with self._returned:  # a job waiting for a busy judge of this problem looks again (checkout)
+            self._checkins += 1
+            self._returned.notify_all()
+        if not (healthy and entry.cached):
+            self._retire(entry)
 
     def kill_held_by(self, threads: set[threading.Thread]) -> int:
         """Kill the judges `threads` hold (a stalled lane's abandoned threads, worker/jobs/watchdog.py): a
