@@ -99,6 +99,7 @@ class Outcome:
     compile_baseline: str | None = None
     error: str | None = None  # the verdict's reason, when it has one
     device_wait_s: float | None = None  # waits for the device's hold (result.extra.device_wait_s)
+    timing_wait_s: float | None = None  # of which waiting to time alone (result.extra.timing_wait_s)
     # Seconds from the batch's first submit to the job's claim, prepared (built), first device stage, verdict.
     timeline: dict = field(default_factory=dict)
     # How many timed calls each side ran (result.extra.timing_runs), where the job was timed.
@@ -436,7 +437,8 @@ def outcome_of(job, origin=None) -> Outcome:
     timeline = {name: round((at - origin).total_seconds(), 2) for name, at in moments.items()
                 if at is not None and origin is not None}
     return Outcome(verdict=result.status.value, speedup=result.speedup, latency_s=latency, stages=dict(result.stages),
-                   error=error, device_wait_s=result.extra.device_wait_s, timeline=timeline,
+                   error=error, device_wait_s=result.extra.device_wait_s,
+                   timing_wait_s=result.extra.timing_wait_s, timeline=timeline,
                    reference_cache=result.extra.reference_cache,
                    timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,

@@ -385,6 +385,9 @@ class ResultNotes(BaseModel):
     device_wait_s: float | None = Field(
         default=None, description="Seconds the job's device stages waited for their hold on the device (behind "
                                   "other jobs' timing, or held back by the card's memory); not in `stages`.")
+    timing_wait_s: float | None = Field(
+        default=None, description="The part of `device_wait_s` spent waiting to time alone: for the other jobs' "
+                                  "current stages on the device to end.")
 
     @model_serializer(mode="wrap")
     def _written_sections(self, handler: SerializerFunctionWrapHandler):  # no return type: the schema stays the fields'

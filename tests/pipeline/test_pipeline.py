@@ -111,6 +111,7 @@ def test_timing_is_exclusive_while_correctness_shares_the_device(store, engine, 
     pool.wake()
     # B finished its correctness stages and waits to time: A is still comparing on the device.
     assert schedule.wait_until(lambda s: s.waiting_exclusive == 1 and s.shared == 1, WAIT_S)
+    b_waiting_since = time.monotonic()
     assert engine.seen.timing_now == set()
 
     add_job(store, "C")
@@ -120,6 +121,7 @@ def test_timing_is_exclusive_while_correctness_shares_the_device(store, engine, 
     c_waiting_since = time.monotonic()
     assert engine.seen.at_stage["C"] == "build"  # prepared, not on the device
 
+    b_held_back_s = time.monotonic() - b_waiting_since  # B cannot time before A's compare has ended
     a_compare.set()
     # A and B both want to time: one does, the other waits.
     engine.wait_for(lambda seen: len(seen.timing_now) == 1)
@@ -136,6 +138,10 @@ def test_timing_is_exclusive_while_correctness_shares_the_device(store, engine, 
     # The result says how long each job waited for its hold on the device: C, at least as long as it was held back.
     waits = {job.submission["candidate"]: job.result["extra"]["device_wait_s"] for job in done.values()}
     assert waits["C"] >= round(c_held_back_s, 3) - 0.001, (waits, c_held_back_s)  # stored to the millisecond
+    # ...and which part of it was spent waiting to time alone: B, at least while A compared.
+    timing_waits = {job.submission["candidate"]: job.result["extra"]["timing_wait_s"] for job in done.values()}
+    assert timing_waits["B"] >= round(b_held_back_s, 3) - 0.001, (timing_waits, b_held_back_s)
+    assert all(0 <= timing_waits[name] <= waits[name] for name in waits), (timing_waits, waits)
     assert engine.seen.max_timing_at_once == 1
     assert engine.seen.shared_during_timing == [0, 0, 0]
 

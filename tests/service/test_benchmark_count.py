@@ -25,6 +25,7 @@ def test_the_benchmark_reads_every_job_the_server_finished(tmp_path):
         # (moments are rounded to 10 ms, the wall is not)
         assert 0 <= moments[0] <= moments[1] <= moments[2] <= moments[3] <= phase.wall_s + 0.01, (name, outcome.timeline)
         assert outcome.device_wait_s is not None and outcome.device_wait_s >= 0, name
+        assert outcome.timing_wait_s is not None and 0 <= outcome.timing_wait_s <= outcome.device_wait_s, name
         if outcome.verdict == "ok":  # timed: how many calls its window measured, each side
             assert outcome.timing_runs and outcome.timing_runs["candidate"] > 0, (name, outcome.timing_runs)
     assert "host cores" in phase.busy, phase.busy

@@ -177,15 +177,17 @@ def execute_ready(store: JobStore, ready: ReadyJob, settings: Any, engine: Engin
     Returns the final record, or None when this attempt no longer owns the job.
     """
     job = ready.job
-    waited_s = 0.0
+    waited_s = timing_waited_s = 0.0
 
     def on_stage(stage: str) -> None:
-        nonlocal waited_s
+        nonlocal waited_s, timing_waited_s
         if progress is not None:
             progress()
         entered = time.monotonic()
         lease.enter(stage)  # may wait: another job is timing on this device
         waited_s += time.monotonic() - entered
+        if lease.held == "exclusive":  # waited for the other jobs' stages to end, to time alone
+            timing_waited_s += time.monotonic() - entered
         if progress is not None:
             progress()  # and again once it has the device
         if stage not in BUILD_STAGES:
@@ -200,6 +202,7 @@ def execute_ready(store: JobStore, ready: ReadyJob, settings: Any, engine: Engin
     finally:
         lease.release()
     result.extra.device_wait_s = round(waited_s, 3)
+    result.extra.timing_wait_s = round(timing_waited_s, 3)
     return _record(store, job, ready.problem, result)
 
 
