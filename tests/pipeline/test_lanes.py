@@ -49,3 +49,26 @@ def test_a_gpu_lane_shares_its_device_among_more_jobs_than_a_cpu_worker_unless_c
     monkeypatch.setenv("KERNELJUDGE_DEVICE_CONCURRENCY", "3")
     assert PipelineConfig.from_config(load_config(), "cuda").device_concurrency == 3
 
+
+def test_the_lanes_of_a_process_share_the_builds_prepared_ahead(monkeypatch, tmp_path):
+    """Each lane prepares its share of the node's build slots ahead, not all of them: on two H100s each lane
+    preparing all of them put twice as many jobs in `building`, each with a judge started ahead."""
+    from worker.config.tree import load_config
+
+    monkeypatch.setenv("KERNELJUDGE_DEVICE_CONCURRENCY", "3")
+    monkeypatch.setenv("KERNELJUDGE_BUILD_SLOTS", "20")
+    monkeypatch.delenv("KERNELJUDGE_PREPARE_AHEAD", raising=False)
+    config = load_config()
+    ahead = {lanes: PipelineConfig.from_config(config, "cuda", lanes=lanes).prepare_ahead for lanes in (1, 2, 8)}
+    assert ahead == {1: 20, 2: 10, 8: 3}  # never fewer than the jobs one device runs at once
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    identities = [WorkerIdentity(f"embedded@test:gpu{g}", "cuda", str(g)) for g in range(2)]
+    pipeline = JobPipeline(store, identities, engine=EngineCalls(prepare=None, execute=None),
+                           process_config=config)
+    try:  # a process's pipeline sizes its lanes by how many it has
+        assert pipeline.config.prepare_ahead == 10 and len(pipeline.lanes) == 2
+    finally:
+        pipeline.stop(timeout_s=1)
+        store.close()
+    monkeypatch.setenv("KERNELJUDGE_PREPARE_AHEAD", "5")  # configured: as configured, per lane
+    assert PipelineConfig.from_config(load_config(), "cuda", lanes=2).prepare_ahead == 5

@@ -27,6 +27,7 @@ import functools
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -93,21 +94,23 @@ class PipelineConfig:
         return self.device_concurrency + min(self.prepare_ahead, 2) if device == "cuda" else 1
 
     @classmethod
-    def from_config(cls, config: KernelJudgeConfig, device: str | None = None) -> PipelineConfig:
-        """The configuration's pipeline section for lanes of `device` (default: the Celery worker's
-        device), with what it leaves unset sized to the device and the build slots.
+    def from_config(cls, config: KernelJudgeConfig, device: str | None = None, lanes: int = 1) -> PipelineConfig:
+        """The configuration's pipeline section for `lanes` lanes of `device` in one process (default: the
+        Celery worker's device), with what it leaves unset sized to the device and the build slots.
 
         By default a GPU runs 8 jobs' correctness stages at once and a CPU worker 2
-        (PipelineSection.concurrency_for), and enough jobs are prepared ahead to keep every build slot
-        of the node busy for it. Prepare threads outnumber build slots so that a Triton candidate's
-        prepare (milliseconds) never waits behind CUDA builds.
+        (PipelineSection.concurrency_for), and the lanes together prepare enough jobs ahead to keep every
+        build slot of the node busy: each lane its share. (Each lane preparing all of them put twice as many
+        jobs in `building` on two H100s, each claimed job with a judge started ahead, for the same cores.)
+        Prepare threads outnumber build slots so that a Triton candidate's prepare (milliseconds) never
+        waits behind CUDA builds.
         """
         section = config.pipeline
         slots = build_slots(EngineSettings.from_config(config))
         concurrency = section.concurrency_for(device or section.worker_device)
         ahead, threads = section.prepare_ahead, section.prepare_threads
         return cls(device_concurrency=concurrency,
-                   prepare_ahead=ahead if ahead is not None else max(concurrency, slots),
+                   prepare_ahead=ahead if ahead is not None else max(concurrency, math.ceil(slots / max(1, lanes))),
                    prepare_threads=threads if threads is not None else slots + 2,
                    claim_burst=section.claim_burst, stall_s=section.stall_s)
 
@@ -538,7 +541,8 @@ class JobPipeline:
         self.store = store
         self.process_config = process_config if process_config is not None else load_config()
         self.config = config or PipelineConfig.from_config(self.process_config,
-                                                           identities[0].device if identities else None)
+                                                           identities[0].device if identities else None,
+                                                           lanes=len(identities))
         self.engine = engine or real_engine()
         self.on_finished = on_finished
         self.settings_factory = settings_factory or functools.partial(engine_settings_for,
