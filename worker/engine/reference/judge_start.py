@@ -4,11 +4,12 @@ A judge starts in two steps: the sandbox and the reference's import (host work, 
 so that it never competes with a job timing on the lane's reserved cores), then `generate`, which
 runs the reference on the device, holding it shared over its device steps only and letting a waiting
 timing go first between steps (generate_hold). It stays on the shared cores; only a timing window moves it
-to the lane's reserved cores (cpu_plan.timing_cores). What it cost and what it holds are measured for the cache (its miss cost and its share of the memory budget).
+to the lane's reserved cores (cpu_plan.timing_cores). What it cost and what it holds are measured for the
+cache (its miss cost and its share of the memory budget).
 
 `JudgeWarmer` starts judges ahead of their jobs: the service's pipeline asks it as soon as it
-claims a job (worker/jobs/pipeline.py), so that the reference stage (5-15 s for a new judge on an
-H100) overlaps the candidate's build instead of following it. One judge starts at a time per
+claims a job (worker/jobs/pipeline.py), so that the reference stage (10-40 s for a new judge on an
+H100 under a batch) overlaps the candidate's build instead of following it. One judge starts at a time per
 device slot; a job whose problem's judge is starting waits for it (reference_cache.warming).
 """
 
