@@ -4,7 +4,7 @@
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
 # STEPS: fresh prebuild eval elementwise baselines redteam throughput tests security repeat fidelity soak
-# soak-wait bundle
+# soak-wait bundle (a name that is none of these only installs)
 # (default: eval redteam tests).
 # fresh: kill servers and spawners a cut call left on a warm machine, and empty the throughput data dir (do it
 # before `throughput` with rl, never before rl-again). bundle: every log and JSON line file of OUTDIR into
@@ -38,6 +38,13 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 python3 -m pip install --quiet --no-index --find-links "$wheels" pydantic httpx pytest fastapi uvicorn \
     sqlalchemy alembic pydantic-settings prometheus-client ninja libclang-ng 2>&1 | tail -3
+# KJ_EXTRA_WHEELS: more folders of wheels, each installed whole without dependencies. Numba's (llvmlite alone is
+# 57 MiB) do not fit one call's 64 MiB carry beside the rest, so they come in calls of their own, one after the
+# other on the warm machine, which keeps what was installed: e.g. KJ_EXTRA_WHEELS=.carry/llvmlite, then
+# KJ_EXTRA_WHEELS=.carry/numba.
+for extra in ${KJ_EXTRA_WHEELS:-}; do
+    python3 -m pip install --quiet --no-index --no-deps "$extra"/*.whl 2>&1 | tail -3
+done
 if ! command -v bwrap >/dev/null; then
     dpkg -x "$(ls "$wheels"/bubblewrap_*.deb | head -n1)" /opt/kj-bwrap
     export KERNELJUDGE_BWRAP=/opt/kj-bwrap/usr/bin/bwrap
@@ -94,7 +101,11 @@ for step in $steps; do
                 2>&1 | tee "$out/throughput_$workload.log"
         done ;;
     tests)
-        python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" ;;
+        # The files that hold GPU tests, named: the device has no Celery, browser or trainer libraries, so
+        # collecting all of tests/ stops at the modules that import them. KJ_GPU_TESTS names others.
+        python3 -m pytest -v -rA -m gpu -p no:cacheprovider \
+            ${KJ_GPU_TESTS:-$(grep -rlE 'pytest\.mark\.gpu|pytestmark = pytest\.mark\.gpu' tests --include='test_*.py' | sort)} \
+            2>&1 | tee "$out/pytest_gpu.log" ;;
     security)
         python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/test_timing_integrity.py \
             tests/engine/test_sandbox_containment.py tests/engine/test_startup_check.py tests/engine/test_candidate_log.py \
