@@ -265,8 +265,10 @@ class JudgeRunner(Runner):
                 leave_out(kind, probes.DESCRIPTIONS[kind], f"one input or output set takes {size} bytes, over the "
                                                            f"{max_bytes}-byte limit for probe trials")
             return
-        unscaled = self._call(fresh_on(base, self.device), "in Model.forward (probe inputs)")
-        for probe in self._probe_inputs(base, seed):
+        on_device = fresh_on(base, self.device)
+        made = self._probe_inputs(base, on_device, seed)  # before the call below, which may change its arguments
+        unscaled = self._call(on_device, "in Model.forward (probe inputs)")
+        for probe in made:
             self._step("probes", device=True)  # each probe's runs are a step of their own: a timing may go between
             try:
                 out = self._call(fresh_on(probe.args, self.device),
@@ -299,14 +301,14 @@ class JudgeRunner(Runner):
                 continue
             self.probes.append(ProbeTrial(probe.kind, probe.description, probe.args, output, truth_kept))
 
-    def _probe_inputs(self, base: list, seed: int) -> list[ProbeInputs]:
+    def _probe_inputs(self, base: list, on_device: list, seed: int) -> list[ProbeInputs]:
         """The probes' input sets (probe_inputs), kept on the host like every input set (the candidates' sealed
         file). Made on a GPU where there is one, and on the host again if it is out of memory: on 2 host cores the
         four transforms of one 8192 x 4096 input take 5.7 s, and the probes step was two thirds of a judge's
-        generation on an H100."""
+        generation on an H100. `on_device`: `base` copied onto the judge's device (left unchanged)."""
         if self.device.type == "cuda":
             try:
-                made = probe_inputs(fresh_on(base, self.device), torch.Generator().manual_seed(seed))
+                made = probe_inputs(on_device, torch.Generator().manual_seed(seed))
                 return [dataclasses.replace(probe, args=to_device(probe.args, torch.device("cpu"))) for probe in made]
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()

@@ -302,10 +302,9 @@ class DeviceStage:
     def _generate_hold(self) -> GenerateHold:
         """The job's own lease holds the device for its judge's generation: shared in `reference`, nothing in
         `reference_wait` (host-only steps, and between steps while a timing goes first)."""
-        schedule = self.settings.gpu_schedule
         return GenerateHold(acquire=lambda: notify(self.on_stage, Stage.reference),
                             release=lambda: notify(self.on_stage, Stage.reference_wait),
-                            timing_waits=lambda: schedule is not None and schedule.state().waiting_exclusive > 0)
+                            schedule=self.settings.gpu_schedule)
 
     def _judge_call(self, during: str, call):
         try:

@@ -28,12 +28,12 @@ def _nothing() -> None:
 
 @dataclass
 class GenerateHold:
-    """One generation's hold on the device: `acquire` and `release` take and drop it shared, `timing_waits`
-    says whether a timing waits for the device now."""
+    """One generation's hold on the device: `acquire` and `release` take and drop it shared; `schedule` (the
+    device's) says whether a timing waits for it now."""
 
     acquire: Callable[[], None] = _nothing
     release: Callable[[], None] = _nothing
-    timing_waits: Callable[[], bool] = lambda: False
+    schedule: GpuSchedule | None = None
     held: bool = False
     device_wait_s: float = 0.0  # waiting to take the device (behind timings)
     yields: int = 0  # steps at which it let a waiting timing go first
@@ -46,14 +46,14 @@ class GenerateHold:
         """A hold taken on a device's schedule directly (a judge started ahead, outside any job's stages)."""
         if schedule is None:
             return cls()
-        return cls(acquire=schedule.acquire_shared, release=schedule.release_shared,
-                   timing_waits=lambda: schedule.state().waiting_exclusive > 0)
+        return cls(acquire=schedule.acquire_shared, release=schedule.release_shared, schedule=schedule)
 
     def step(self, reached: StepReached) -> None:
         """The judge reached a step: hold the device as the step needs, a waiting timing first."""
         now = time.monotonic()
         self._close_step(now)
-        if self.held and (not reached.device or self.timing_waits()):
+        timing_waits = self.schedule is not None and self.schedule.state().waiting_exclusive > 0
+        if self.held and (not reached.device or timing_waits):
             self.yields += reached.device
             self.release()
             self.held = False
