@@ -106,6 +106,7 @@ class Outcome:
     timing_runs: dict | None = None
     # Where the start of the judge it started (or was the first to use) went (result.extra.judge_start).
     judge_start: dict | None = None
+    gpu: int | None = None  # the host GPU that ran it (result.environment.gpu_index): a lane, on several GPUs
 
 
 @dataclass
@@ -442,7 +443,8 @@ def outcome_of(job, origin=None) -> Outcome:
                    reference_cache=result.extra.reference_cache,
                    timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
-                   compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None)
+                   compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None,
+                   gpu=result.environment.gpu_index if result.environment else None)
 
 
 def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float,

@@ -256,6 +256,8 @@ class EnvironmentInfo(BaseModel):
     python: str | None = None
     sandbox: SandboxKind
     hostname: str | None = None
+    gpu_index: int | None = Field(default=None, description="The host's GPU (its index on the host) that ran and "
+                                  "timed this job; None on CPU or where the worker was not given one.")
 
 
 class KernelSummary(BaseModel):

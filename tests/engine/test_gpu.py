@@ -15,13 +15,14 @@ pytestmark = pytest.mark.gpu
 BIG_SILU_REFERENCE = SILU_REFERENCE.replace("N = 1000", "N = 1 << 24")
 
 
-def test_honest_cuda_candidate_is_correct_and_timed_with_events(run_eval):
+def test_honest_cuda_candidate_is_correct_and_timed_with_events(run_eval, settings):
+    settings.gpu_index = 0  # as a lane pins its GPU (engine_call.engine_settings_for)
     problem = load_problem("elementwise")
     result = run_eval(problem.reference, problem.cuda_ok, device="cuda", timing=True, timing_budget_s=1.0)
     assert result.status == EvalStatus.ok, result.error
     assert result.timing.method.startswith("cuda_events")
     assert result.timing.candidate.n >= 10
-    assert result.environment.gpu_name
+    assert result.environment.gpu_name and result.environment.gpu_index == 0
     # The kernel profiler saw the extension's own kernel run, and nothing else computing.
     assert result.coverage.method == "cupti_kernel_trace"
     assert result.coverage.own_kernels and result.coverage.share == 1.0, result.coverage

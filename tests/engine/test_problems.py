@@ -34,7 +34,8 @@ def test_subtly_wrong_triton_candidate_fails_with_useful_details(run_eval, name)
                               or "shape" in t.message) for t in failed)
 
 
-def test_timing_on_cpu_is_labelled_host_clock_and_has_stats(run_eval):
+def test_timing_on_cpu_is_labelled_host_clock_and_has_stats(run_eval, settings):
+    settings.gpu_index = 1  # a lane's GPU: a CPU job names none
     problem = load_problem("elementwise").shrunk()
     result = run_eval(problem.reference, problem.triton_ok, trials=2, timing=True, timing_budget_s=0.5,
                       timing_min_runs=5)
@@ -52,6 +53,7 @@ def test_timing_on_cpu_is_labelled_host_clock_and_has_stats(run_eval):
     assert result.speedup == timing.speedup
     assert set(result.stages) >= {"validate", "reference", "candidate", "compare", "timing"}
     assert result.environment.torch and result.environment.sandbox.value == "bwrap"
+    assert result.environment.gpu_index is None
 
 
 def test_cuda_candidate_on_cpu_says_a_gpu_is_needed(run_eval):

@@ -1,7 +1,7 @@
 """Lanes of one process open different problems: a problem another lane holds (jobs in flight) or has
 warm (a judge in its cache) is passed over when a lane opens a problem, so that each problem starts
-one judge, not one per GPU; it is still opened when nothing else waits, and fairness between keys
-comes first. One lane claims as before."""
+one judge, not one per GPU; it is still opened when nothing else waits and it has a backlog, and
+fairness between keys comes first. One lane claims as before."""
 
 from __future__ import annotations
 
@@ -39,16 +39,43 @@ def test_not_held_elsewhere_goes_before_warm_on_this_lane():
     assert ClaimPolicy().choose(groups, {}, warm={"C"}, elsewhere={"A", "B", "C"}).problem_id == "C"
 
 
-def test_a_problem_held_elsewhere_is_still_claimed_when_nothing_else_waits():
-    only = _groups(("k", "A", 3))
-    assert ClaimPolicy().choose(only, {}, elsewhere={"A"}).problem_id == "A"
-    every = _groups(("k", "A", 3), ("k", "B", 3))
-    assert ClaimPolicy().choose(every, {}, elsewhere={"A", "B"}).problem_id == "A"  # the oldest, as before
+def test_a_problem_held_elsewhere_is_opened_for_a_backlog_when_nothing_else_waits():
+    only = _groups(("k", "A", 4))
+    assert ClaimPolicy(per_problem=4).choose(only, {}, elsewhere={"A"}).problem_id == "A"
+    every = _groups(("k", "A", 4), ("k", "B", 6))
+    assert ClaimPolicy(per_problem=4).choose(every, {}, elsewhere={"A", "B"}).problem_id == "A"  # the oldest
+    # Two queued keys of one problem add up to its backlog.
+    two_keys = _groups(("a", "A", 2), ("b", "A", 2))
+    assert ClaimPolicy(per_problem=4).choose(two_keys, {}, elsewhere={"A"}).problem_id == "A"
+
+
+def test_the_last_jobs_of_a_problem_held_elsewhere_are_left_to_its_lane():
+    """A second judge costs 10-40 s; the lane that holds the problem finishes 1-3 jobs sooner."""
+    short = _groups(("k", "A", 3), ("k", "B", 1))
+    assert ClaimPolicy(per_problem=4).choose(short, {}, elsewhere={"A", "B"}) is None
+    assert ClaimPolicy(per_problem=4).choose(_groups(("k", "A", 3)), {}, elsewhere={"A"}) is None
+    # Among them, one with a backlog is opened, and a free problem goes first whatever its size.
+    mixed = _groups(("k", "A", 3), ("k", "B", 9), ("k", "C", 1))
+    assert ClaimPolicy(per_problem=4).choose(mixed, {}, elsewhere={"A", "B"}).problem_id == "C"
+    assert ClaimPolicy(per_problem=4).choose(mixed, {}, elsewhere={"A", "B", "C"}).problem_id == "B"
+
+
+def test_a_short_problem_held_elsewhere_is_opened_where_its_judge_is_warm_too():
+    short = _groups(("k", "A", 2))
+    assert ClaimPolicy(per_problem=4).choose(short, {}, warm={"A"}, elsewhere={"A"}).problem_id == "A"
+
+
+def test_a_lane_keeps_serving_a_problem_it_opened_however_short_its_backlog():
+    policy = ClaimPolicy(per_problem=4)
+    policy.claimed(policy.choose(_groups(("k", "A", 6)), {}))
+    # The other lane took A too; two jobs are left: this lane's turn on A is open, so it goes on.
+    assert policy.choose(_groups(("k", "A", 2)), {"A": 1}, elsewhere={"A"}).problem_id == "A"
+    assert policy.choose(_groups(("k", "A", 2), ("k", "B", 2)), {"A": 1}, elsewhere={"A", "B"}).problem_id == "A"
 
 
 def test_key_fairness_comes_before_affinity():
-    # Key "a" has the oldest job; its only problem is held on another lane, key "b"'s is free.
-    groups = _groups(("a", "A", 3), ("b", "B", 3))
+    # Key "a" has the oldest job; its only problem is held on another lane (with a backlog), key "b"'s is free.
+    groups = _groups(("a", "A", 4), ("b", "B", 3))
     choice = ClaimPolicy().choose(groups, {}, elsewhere={"A"})
     assert (choice.api_key_id, choice.problem_id) == ("a", "A")
     # Once "a" was served, "b" (served least recently) goes first, whatever the other lanes hold.
@@ -142,10 +169,13 @@ def test_two_lanes_each_open_a_different_problem_first(store: JobStore):
             _claim(lane, mine[lane])
         assert [job.problem_id for job in mine[first]] == [a[0].problem_id] * 2
         assert [job.problem_id for job in mine[second]] == [b[0].problem_id] * 2
-        # With every problem held, the work is shared: the second lane takes A's last job once B's are claimed.
+        # With every problem held, A's last job (no backlog) is left to the lane that holds A: the second lane
+        # takes B's last job, then claims nothing, and the first lane takes A's.
         _claim(second, mine[second])
-        _claim(second, mine[second])
-        assert [job.problem_id for job in mine[second]][2:] == [b[0].problem_id, a[0].problem_id]
+        assert second.claim_next() is None
+        _claim(first, mine[first])
+        assert [job.problem_id for job in mine[second]][2:] == [b[0].problem_id]
+        assert [job.problem_id for job in mine[first]][2:] == [a[0].problem_id]
     finally:
         _stop(pipeline)
 

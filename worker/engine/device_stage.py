@@ -452,7 +452,9 @@ class DeviceStage:
     def _record_environment(self, env: dict) -> None:
         fields = ("gpu_name", "driver", "cuda", "torch", "triton", "python")
         current = self.builder.environment or EnvironmentInfo(device=self.options.device, sandbox=self.options.sandbox)
-        self.builder.environment = current.model_copy(update={name: env.get(name) for name in fields})
+        gpu_index = self.settings.gpu_index if self.options.device.value == "cuda" else None
+        self.builder.environment = current.model_copy(update={**{name: env.get(name) for name in fields},
+                                                              "gpu_index": gpu_index})
 
     def _observations(self, report: CorrectnessReport | None = None, **fields) -> Observations:
         # The physics rule judges a candidate whose outputs passed (the kernel trace ran); its times: the

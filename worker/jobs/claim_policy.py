@@ -18,11 +18,15 @@ The rules, among the queued jobs of the highest priority (a lower priority never
    streak ran out is not opened while another can be. Opening a problem gives every problem whose
    streak ran out a new turn. A second judge of one problem on another GPU costs 10-40 s of host
    and device time (on 2 GPUs, 16 problems started 35 judges when both lanes opened the oldest),
-   so lanes open different problems; one held elsewhere is still opened when no other is queued.
+   so lanes open different problems. A problem held elsewhere is opened only when its judge is warm on
+   this lane too, or for a backlog (at least `per_problem` of its jobs queued): for fewer, the lane holding it finishes them sooner than a new
+   judge starts, and this lane claims nothing (it looks again within a second). On two H100s, lanes
+   that opened any problem held elsewhere once their own were all in flight started 23 judges for 16
+   problems, most of them for a problem's last 1-3 jobs.
 3. **Within a problem,** the key served least recently, then its oldest job.
 
-When only one problem waits, it is claimed whatever its streak or in-flight count: the limits only
-decide between problems that compete. Fairness bound: a job of another problem waits at most
+When only one problem waits, it is claimed whatever its streak or in-flight count (unless another
+lane holds it and its backlog is short, as above): the limits only decide between problems that compete. Fairness bound: a job of another problem waits at most
 `burst` claims of this lane (plus the jobs already in flight) behind a problem with many jobs.
 """
 
@@ -62,10 +66,29 @@ class ClaimPolicy:
             self._opened_at.pop(problem, None)
         if len(oldest) == 1:
             problem = next(iter(oldest))
+            if not self._streak.get(problem) and not self._worth_opening(groups, warm, elsewhere):
+                return None
         else:
-            problem = (self._continued(oldest, in_flight)
-                       or self._opened(groups, oldest, in_flight, warm, elsewhere))
+            continued = self._continued(oldest, in_flight)
+            if continued is not None:
+                problem = continued
+            else:
+                groups = self._worth_opening(groups, warm, elsewhere)
+                if not groups:
+                    return None
+                oldest = {g.problem_id: oldest[g.problem_id] for g in groups}
+                problem = self._opened(groups, oldest, in_flight, warm, elsewhere)
         return ClaimChoice(top, self._key_within(problem, groups), problem)
+
+    def _worth_opening(self, groups: list[QueueGroup], warm: Collection[str],
+                       elsewhere: Collection[str]) -> list[QueueGroup]:
+        """The groups whose problem this lane may open (rule 2): one not held by another lane, one whose judge
+        is warm here too (opening it starts none), or one with a backlog of at least `per_problem` queued jobs."""
+        queued: dict[str, int] = {}
+        for g in groups:
+            queued[g.problem_id] = queued.get(g.problem_id, 0) + g.count
+        return [g for g in groups if g.problem_id not in elsewhere or g.problem_id in warm
+                or queued[g.problem_id] >= self.per_problem]
 
     def open_problems(self) -> set[str]:
         """The problems whose turn on this lane is open (claimed in this turn, jobs of them still queued)."""
