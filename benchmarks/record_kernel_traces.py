@@ -99,8 +99,15 @@ class JoinedTwoSideStreams(torch.nn.Module):
         return y
 
 
+# A device-side wait of about 25 ms (cycles of a 2 GHz SM clock; torch.cuda._sleep spins on the device): the
+# stream cases below use it so that what they show does not depend on how fast the host launches. Twenty
+# silu kernels over 8 M floats took less time on an H100 than the host took to launch the end marker, and
+# the unjoined stream was not seen running past forward's return.
+SPIN_CYCLES = 50_000_000
+
+
 class SecondSideStreamUnjoined(JoinedTwoSideStreams):
-    """The same, but the second stream is never joined and runs long."""
+    """The same, but the second stream is never joined and runs long (its work starts after a device-side wait)."""
 
     def forward(self, x):
         y = torch.empty_like(x)
@@ -111,6 +118,7 @@ class SecondSideStreamUnjoined(JoinedTwoSideStreams):
         with torch.cuda.stream(self.streams[0]):
             silu_kernel[(triton.cdiv(half, 1024),)](x, y, half, BLOCK=1024)
         with torch.cuda.stream(self.streams[1]):
+            torch.cuda._sleep(SPIN_CYCLES)
             for _ in range(20):
                 silu_kernel[(triton.cdiv(half, 1024),)](x[half:], y[half:], half, BLOCK=1024)
         current.wait_stream(self.streams[0])
@@ -118,7 +126,9 @@ class SecondSideStreamUnjoined(JoinedTwoSideStreams):
 
 
 class SideStreamWithoutWait(torch.nn.Module):
-    """Joined back at the end, but the side stream never waits for the current stream."""
+    """Joined back at the end, but the side stream never waits for the current stream. It shows only when
+    the timed stream still has work queued when forward is called (as input copies are, in the harness):
+    `record` queues a device-side wait there first (PENDING), and the side stream's kernel runs before it."""
 
     def __init__(self):
         super().__init__()
@@ -133,9 +143,15 @@ class SideStreamWithoutWait(torch.nn.Module):
 
 
 class StreamLeftSwitched(torch.nn.Module):
+    """Leaves another stream current; its kernel ran there (off the timed stream), finished before forward
+    returned (the stream is synchronised, so that it never shows as escaped)."""
+
     def forward(self, x):
-        torch.cuda.set_stream(torch.cuda.Stream())
-        return _silu(x)
+        stream = torch.cuda.Stream()
+        torch.cuda.set_stream(stream)
+        y = _silu(x)
+        stream.synchronize()
+        return y
 
 
 CASES = {
@@ -149,6 +165,8 @@ CASES = {
     "side_stream_without_wait": (SideStreamWithoutWait, lambda: [torch.randn(1 << 22, device="cuda")]),
     "stream_left_switched": (StreamLeftSwitched, lambda: [torch.randn(1 << 22, device="cuda")]),
 }
+# Cases whose timed stream has work queued (a device-side wait) when the trace starts.
+PENDING = {"side_stream_without_wait"}
 # What each case must show (tests/engine/test_attribution.py checks it on a live GPU, and on the
 # recorded file for the cases it holds): the stream evidence KJ-R03 reads.
 EXPECTED_STREAMS = {
@@ -158,7 +176,7 @@ EXPECTED_STREAMS = {
     "unjoined_side_stream": {"off_stream": True, "escaped": True},
     "second_side_stream_unjoined": {"off_stream": True, "escaped": True},
     "side_stream_without_wait": {"off_stream": True, "unordered": True},
-    "stream_left_switched": {"switched": True},
+    "stream_left_switched": {"off_stream": True, "switched": True},
 }
 
 
@@ -171,6 +189,8 @@ def record(name: str, device: torch.device) -> dict:
         model(*call_args)  # compile and warm up outside the trace
     torch.cuda.set_stream(torch.cuda.default_stream(device))  # a case may leave another stream current
     torch.cuda.synchronize()
+    if name in PENDING:
+        torch.cuda._sleep(SPIN_CYCLES)
     traced = trace_forward(model, call_args, device)
     torch.cuda.set_stream(torch.cuda.default_stream(device))
     return traced

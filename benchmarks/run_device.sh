@@ -41,7 +41,8 @@ python3 -m pip install --quiet --no-index --find-links "$wheels" pydantic httpx 
 # KJ_EXTRA_WHEELS: more folders of wheels, each installed whole without dependencies. Numba's (llvmlite alone is
 # 57 MiB) do not fit one call's 64 MiB carry beside the rest, so they come in calls of their own, one after the
 # other on the warm machine, which keeps what was installed: e.g. KJ_EXTRA_WHEELS=.carry/llvmlite, then
-# KJ_EXTRA_WHEELS=.carry/numba.
+# KJ_EXTRA_WHEELS=.carry/numba. That folder holds numpy 2.3.5 too: pyproject.toml pins numpy<2.4, and numba-cuda
+# 0.30 calls np.row_stack, which the device image's numpy 2.4 no longer has (every numba test failed there).
 for extra in ${KJ_EXTRA_WHEELS:-}; do
     python3 -m pip install --quiet --no-index --no-deps "$extra"/*.whl 2>&1 | tail -3
 done
