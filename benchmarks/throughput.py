@@ -107,6 +107,8 @@ class Outcome:
     # Where the start of the judge it started (or was the first to use) went (result.extra.judge_start).
     judge_start: dict | None = None
     gpu: int | None = None  # the host GPU that ran it (result.environment.gpu_index): a lane, on several GPUs
+    # Each rule that fired, with its evidence (result.rules): why a sample was rejected or flagged.
+    rules: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -444,7 +446,8 @@ def outcome_of(job, origin=None) -> Outcome:
                    timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None,
-                   gpu=result.environment.gpu_index if result.environment else None)
+                   gpu=result.environment.gpu_index if result.environment else None,
+                   rules=[f"{hit.rule} ({hit.severity}): {hit.evidence or hit.message}"[:600] for hit in result.rules])
 
 
 def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float,

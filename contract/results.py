@@ -328,7 +328,8 @@ class JudgeStartNote(BaseModel):
     generate_s: float = Field(description="The reference run on every input set, its waits for the device excluded.")
     steps_s: dict[str, float] = Field(default_factory=dict, description=(
         "Each step of the generation, on the supervisor's clock, its waits excluded: `inputs` and `seal` are host "
-        "work that holds no device; `trials`, `truths`, `pool`, `shape`, `probes` and `physics` hold it shared."))
+        "work that holds no device; `trials`, `truths`, `pool`, `shape`, `probe_inputs` (the probes' input sets), "
+        "`probes` (their calls), `probe_truths` (their float64 truths and checks) and `physics` hold it shared."))
     yields: int = Field(0, description="Steps at which it let a waiting timing have the device first.")
 
 

@@ -196,7 +196,7 @@ class JudgeRunner(Runner):
         self.ref_pool = [self._kept(o) for o in pool_outputs]
         self.ref_shape = [self._kept(o) for o in shape_outputs]
         self.shape_truths = self._kept_truths(double, shape_inputs)
-        self._step("probes", device=True)
+        self._step("probe_inputs", device=True)
         self._probe_trials(probe_seed(command.trial_seeds), command.probe_max_bytes, trial_outputs[0],
                            double, truth_skipped)
         double.close()
@@ -268,8 +268,10 @@ class JudgeRunner(Runner):
         on_device = fresh_on(base, self.device)
         made = self._probe_inputs(base, on_device, seed)  # before the call below, which may change its arguments
         unscaled = self._call(on_device, "in Model.forward (probe inputs)")
+        # Each probe's runs are steps of their own (a timing may go between), its float64 truth and checks apart
+        # from its call: `probes` was more than half of every generation on an H100, its parts unknown.
         for probe in made:
-            self._step("probes", device=True)  # each probe's runs are a step of their own: a timing may go between
+            self._step("probes", device=True)
             try:
                 out = self._call(fresh_on(probe.args, self.device),
                                  f"in Model.forward (probe {probe.kind})")
@@ -289,6 +291,7 @@ class JudgeRunner(Runner):
                 output = self._kept(out)
             except torch.OutOfMemoryError:  # an extra the judge can do without
                 output = None
+            self._step("probe_truths", device=True)
             truths = self._kept_truths(double, [probe.args]) if output is not None else []
             if output is None or not truths:
                 leave_out(probe.kind, probe.description, "no float64 truth on these inputs (the reference does not "

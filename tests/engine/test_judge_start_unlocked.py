@@ -20,7 +20,7 @@ from worker.engine.reference.judge import JudgeSession
 from worker.engine.reference.judge_start import key_of, start_entry
 
 HOST_STEPS = {"inputs", "seal"}
-DEVICE_STEPS = {"trials", "truths", "pool", "shape", "probes", "physics"}
+DEVICE_STEPS = {"trials", "truths", "pool", "shape", "probe_inputs", "probes", "probe_truths", "physics"}
 
 
 def _own_reference() -> str:

@@ -54,3 +54,26 @@ def test_the_table_says_what_share_of_the_wall_the_device_was_held_alone():
     header = [cell.strip() for cell in throughput.Report.HEADER.strip("|").split("|")]
     assert len(cells) == len(header)
     assert cells[header.index("held alone (timing)")] == "30%"  # 3 s of 10 s; set-up and check share the device
+
+
+def test_a_jobs_row_names_the_gpu_that_ran_it_and_the_evidence_of_each_rule_that_fired():
+    """What the GPU analysis reads per job: its lane's GPU, and why it was rejected (a false reject of an honest
+    library kernel on two H100s could not be explained from the rows, which held only the rule's message)."""
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from contract.results import EnvironmentInfo, EvalResult, RuleHit
+    from contract.statuses import Device, EvalStatus, SandboxKind
+
+    hit = RuleHit(rule="KJ-R20-timing-disagrees-with-supervisor-clock", severity="reject", message="the message",
+                  evidence="reported 0.1 ms per call; the supervisor's clock allows 0.2 ms")
+    result = EvalResult(status=EvalStatus.rejected, rules=[hit],
+                        environment=EnvironmentInfo(device=Device.cuda, sandbox=SandboxKind.bwrap, gpu_index=1))
+    created = datetime(2026, 11, 26, tzinfo=UTC)
+    job = SimpleNamespace(result=result, status=SimpleNamespace(value="done"), created_at=created,
+                          finished_at=created + timedelta(seconds=3), building_at=None, built_at=None,
+                          running_at=None)
+    outcome = throughput.outcome_of(job, created)
+    assert outcome.gpu == 1
+    assert outcome.rules == ["KJ-R20-timing-disagrees-with-supervisor-clock (reject): reported 0.1 ms per call; "
+                             "the supervisor's clock allows 0.2 ms"]
