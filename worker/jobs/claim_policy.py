@@ -18,16 +18,17 @@ The rules, among the queued jobs of the highest priority (a lower priority never
    streak ran out is not opened while another can be. Opening a problem gives every problem whose
    streak ran out a new turn. A second judge of one problem on another GPU costs 10-40 s of host
    and device time (on 2 GPUs, 16 problems started 35 judges when both lanes opened the oldest),
-   so lanes open different problems. A problem held elsewhere is opened only when its judge is warm on
-   this lane too, or for a backlog (at least `per_problem` of its jobs queued): for fewer, the lane holding it finishes them sooner than a new
-   judge starts, and this lane claims nothing (it looks again within a second). On two H100s, lanes
-   that opened any problem held elsewhere once their own were all in flight started 23 judges for 16
-   problems, most of them for a problem's last 1-3 jobs.
+   so lanes open different problems. A problem held elsewhere is opened only when its judge is warm
+   on this lane too, or for a backlog (at least `per_problem` of its jobs queued): for fewer, the lane
+   holding it finishes them sooner than a new judge starts, and this lane claims nothing (it looks
+   again within a second). On two H100s, lanes that opened any problem held elsewhere once their own
+   were all in flight started 23 judges for 16 problems, most of them for a problem's last 1-3 jobs.
 3. **Within a problem,** the key served least recently, then its oldest job.
 
 When only one problem waits, it is claimed whatever its streak or in-flight count (unless another
-lane holds it and its backlog is short, as above): the limits only decide between problems that compete. Fairness bound: a job of another problem waits at most
-`burst` claims of this lane (plus the jobs already in flight) behind a problem with many jobs.
+lane holds it and its backlog is short, as above): the limits only decide between problems that
+compete. Fairness bound: a job of another problem waits at most `burst` claims of this lane (plus
+the jobs already in flight) behind a problem with many jobs.
 """
 
 from __future__ import annotations
