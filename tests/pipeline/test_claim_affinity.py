@@ -60,6 +60,15 @@ def test_the_last_jobs_of_a_problem_held_elsewhere_are_left_to_its_lane():
     assert ClaimPolicy(per_problem=4).choose(mixed, {}, elsewhere={"A", "B", "C"}).problem_id == "B"
 
 
+def test_a_lower_priority_is_opened_when_every_higher_one_is_another_lanes_short_backlog():
+    groups = [QueueGroup(5, "k", "A", 0.0, 2), QueueGroup(0, "k", "B", 1.0, 3)]
+    choice = ClaimPolicy(per_problem=4).choose(groups, {}, elsewhere={"A"})
+    assert (choice.priority, choice.problem_id) == (0, "B")
+    # Whatever this lane may open at the higher priority goes first.
+    assert ClaimPolicy(per_problem=4).choose(groups, {}).problem_id == "A"
+    assert ClaimPolicy(per_problem=4).choose(groups, {}, elsewhere={"A", "B"}) is None
+
+
 def test_a_short_problem_held_elsewhere_is_opened_where_its_judge_is_warm_too():
     short = _groups(("k", "A", 2))
     assert ClaimPolicy(per_problem=4).choose(short, {}, warm={"A"}, elsewhere={"A"}).problem_id == "A"

@@ -3,7 +3,8 @@
 A problem's judge (its reference outputs and timing) is the expensive thing to set up on a device,
 so a lane serves a problem's jobs together while its judge is loaded, instead of interleaving
 problems in submission order (8 interleaved problems cycled a 4-judge cache into a miss per job).
-The rules, among the queued jobs of the highest priority (a lower priority never goes first):
+The rules, among the queued jobs of the highest priority (a lower priority never goes first; it is
+looked at only when every higher one is another lane's to serve, rule 2):
 
 1. **Keep serving an open problem.** A problem this lane opened keeps its turn while it has queued
    jobs: it is claimed again while it has fewer than `per_problem` jobs in flight on the lane and its
@@ -54,17 +55,29 @@ class ClaimPolicy:
     def choose(self, groups: list[QueueGroup], in_flight: Mapping[str, int],
                warm: Collection[str] = (), elsewhere: Collection[str] = ()) -> ClaimChoice | None:
         """`in_flight`: this lane's claimed, unfinished jobs per problem; `warm`: problems with a judge on
-        this lane; `elsewhere`: problems the process's other lanes hold or have warm."""
+        this lane; `elsewhere`: problems the process's other lanes hold or have warm. A lower priority is looked
+        at only when this lane may open nothing of the higher ones (their problems are another lane's, rule 2):
+        it then takes nothing that lane would have."""
         if not groups:
             return None
-        top = max(g.priority for g in groups)
-        groups = [g for g in groups if g.priority == top]
+        levels = sorted({g.priority for g in groups}, reverse=True)
+        top = [g for g in groups if g.priority == levels[0]]
+        queued = {g.problem_id for g in top}
+        for problem in [p for p in self._streak if p not in queued]:
+            del self._streak[problem]  # no job of it waits: its turn is over
+            self._opened_at.pop(problem, None)
+        for level in levels:
+            choice = self._choose_among([g for g in groups if g.priority == level], in_flight, warm, elsewhere)
+            if choice is not None:
+                return choice
+        return None
+
+    def _choose_among(self, groups: list[QueueGroup], in_flight: Mapping[str, int], warm: Collection[str],
+                      elsewhere: Collection[str]) -> ClaimChoice | None:
+        """Rules 1-3 among the groups of one priority; None when this lane may open none of them (rule 2)."""
         oldest: dict[str, float] = {}
         for g in groups:
             oldest[g.problem_id] = min(oldest.get(g.problem_id, g.oldest), g.oldest)
-        for problem in [p for p in self._streak if p not in oldest]:
-            del self._streak[problem]  # no job of it waits: its turn is over
-            self._opened_at.pop(problem, None)
         if len(oldest) == 1:
             problem = next(iter(oldest))
             if not self._streak.get(problem) and not self._worth_opening(groups, warm, elsewhere):
@@ -79,7 +92,7 @@ class ClaimPolicy:
                     return None
                 oldest = {g.problem_id: oldest[g.problem_id] for g in groups}
                 problem = self._opened(groups, oldest, in_flight, warm, elsewhere)
-        return ClaimChoice(top, self._key_within(problem, groups), problem)
+        return ClaimChoice(groups[0].priority, self._key_within(problem, groups), problem)
 
     def _worth_opening(self, groups: list[QueueGroup], warm: Collection[str],
                        elsewhere: Collection[str]) -> list[QueueGroup]:
