@@ -50,6 +50,7 @@ class Row:
     candidate: str
     speedups: list[float] = field(default_factory=list)
     candidate_ms: list[float] = field(default_factory=list)
+    window_s: list[float] = field(default_factory=list)  # each timed job's exclusive window (stages["timing"])
     verdicts: list[str] = field(default_factory=list)
     do_bench: float | None = None
     do_bench_note: str = ""
@@ -131,41 +132,53 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def job_options(device: str, timing_budget_s: float | None) -> dict:
+    """The options of every job: the service's defaults, or a timing budget per model to compare with them (the
+    budget sets how long each job holds its GPU alone, and so the batch's throughput)."""
+    return {"device": device, **({"timing_budget_s": timing_budget_s} if timing_budget_s is not None else {})}
+
+
 def write_table(path: Path, rows: list[Row], args: argparse.Namespace, rounds: list[str], started: str) -> None:
     timed = [r for r in rows if len(r.speedups) == args.repeats and r.long_enough]
     steady = [r for r in timed if r.spread is not None and r.spread <= SPREAD_GOAL]
     compared = [r for r in rows if r.agreement is not None]
-    agreeing = [r for r in compared if abs(r.agreement) <= AGREEMENT_GOAL]
+    agreeing = [r for r in compared if r.agreement is not None and abs(r.agreement) <= AGREEMENT_GOAL]
     lines = [
         f"# Repeatability of speedups through the service ({started})", "",
         f"- device: {device_name(args.device)}", f"- commit: {git_commit()}",
         f"- command: `python -m benchmarks.repeat {' '.join(sys.argv[1:])}`",
         f"- rounds: {'; '.join(rounds) or 'none finished'}",
+        f"- timing budget per model: {args.timing_budget_s if args.timing_budget_s is not None else 'the default'} s",
         f"- spread <= {SPREAD_GOAL:.0%} (kernels >= {MIN_KERNEL_MS * 1e3:.0f} us, all {args.repeats} repeats ok): "
         f"**{len(steady)} of {len(timed)}**",
         f"- within {AGREEMENT_GOAL:.0%} of do_bench: **{len(agreeing)} of {len(compared)}**", "",
-        "| candidate | verdicts | speedups | median | spread | cand median ms | do_bench | vs do_bench |",
-        "|---|---|---|---|---|---|---|---|",
+        "| candidate | verdicts | speedups | median | spread | cand median ms | window s (median) | do_bench "
+        "| vs do_bench |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append("| " + " | ".join([
             row.name, "/".join(sorted(set(row.verdicts))) or "-", " ".join(f"{s:.3f}" for s in row.speedups) or "-",
             _fmt(row.median, ".3f"), _fmt(row.spread, ".2%"),
             _fmt(statistics.median(row.candidate_ms) if row.candidate_ms else None, ".4f"),
+            _fmt(statistics.median(row.window_s) if row.window_s else None, ".2f"),
             _fmt(row.do_bench, ".3f") if row.do_bench else (row.do_bench_note or "-"), _fmt(row.agreement, "+.2%"),
         ]) + " |")
     path.write_text("\n".join(lines) + "\n")
 
 
-def run_round(service: Service, rows: list[Row], device: str, rng: random.Random, timeout_s: float) -> None:
+def run_round(service: Service, rows: list[Row], options: dict, rng: random.Random, timeout_s: float) -> None:
     from kerneljudge.client import KernelJudgeClient
 
     order = rows[:]
     rng.shuffle(order)
     with KernelJudgeClient(service.url, KEY, timeout=timeout_s) as client:
-        entries = client.submit_many([{"reference": r.reference, "candidate": r.candidate,
-                                       "options": {"device": device}} for r in order])
-        ids = [entry.job.id for entry in entries]
+        entries = client.submit_many([{"reference": r.reference, "candidate": r.candidate, "options": options}
+                                      for r in order])
+        refused = [entry.error for entry in entries if entry.job is None]
+        if refused:  # a benchmark's own submission refused (its options, its sources): nothing to measure
+            raise SystemExit(f"the service refused {len(refused)} of the round's jobs: {refused[0]}")
+        ids = [entry.job.id for entry in entries if entry.job is not None]
         jobs = client.wait_many(ids, timeout=timeout_s)
     for row, job in zip(order, jobs, strict=True):
         result = job.result
@@ -173,6 +186,8 @@ def run_round(service: Service, rows: list[Row], device: str, rng: random.Random
         if result is not None and result.speedup is not None and result.timing is not None:
             row.speedups.append(result.speedup)
             row.candidate_ms.append(result.timing.candidate.median_ms)
+            if "timing" in result.stages:
+                row.window_s.append(result.stages["timing"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, help="shared corpus folder: its CUDA candidates are the build load")
     parser.add_argument("--build-threads", type=int, default=12)
     parser.add_argument("--round-timeout-s", type=float, default=240.0)
+    parser.add_argument("--timing-budget-s", type=float, default=None,
+                        help="every job's timing budget per model (default: the service's)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
@@ -203,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for index in range(args.repeats):
                 begun = time.monotonic()
-                run_round(service, rows, args.device, rng, args.round_timeout_s)
+                run_round(service, rows, job_options(args.device, args.timing_budget_s), rng, args.round_timeout_s)
                 rounds.append(f"{index + 1}: {time.monotonic() - begun:.0f} s, builds "
                               f"{'running' if load.running else 'finished'}")
                 write_table(args.out, rows, args, rounds, started)
