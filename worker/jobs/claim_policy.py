@@ -34,6 +34,7 @@ the jobs already in flight) behind a problem with many jobs.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -98,9 +99,9 @@ class ClaimPolicy:
                        elsewhere: Collection[str]) -> list[QueueGroup]:
         """The groups whose problem this lane may open (rule 2): one not held by another lane, one whose judge
         is warm here too (opening it starts none), or one with a backlog of at least `per_problem` queued jobs."""
-        queued: dict[str, int] = {}
+        queued: Counter[str] = Counter()
         for g in groups:
-            queued[g.problem_id] = queued.get(g.problem_id, 0) + g.count
+            queued[g.problem_id] += g.count
         return [g for g in groups if g.problem_id not in elsewhere or g.problem_id in warm
                 or queued[g.problem_id] >= self.per_problem]
 
