@@ -105,9 +105,18 @@ for step in $steps; do
     tests)
         # The files that hold GPU tests, named: the device has no Celery, browser or trainer libraries, so
         # collecting all of tests/ stops at the modules that import them. KJ_GPU_TESTS names others.
-        python3 -m pytest -v -rA -m gpu -p no:cacheprovider \
-            ${KJ_GPU_TESTS:-$(grep -rlE 'pytest\.mark\.gpu|pytestmark = pytest\.mark\.gpu' tests --include='test_*.py' | sort)} \
-            2>&1 | tee "$out/pytest_gpu.log" ;;
+        # KJ_TEST_PARALLEL=1: one pytest per file, all at once (their time is mostly CUDA builds on the host's
+        # cores, and one call's 600 s does not hold them one after the other); each file's log apart.
+        gpu_test_files=${KJ_GPU_TESTS:-$(grep -rlE 'pytest\.mark\.gpu|pytestmark = pytest\.mark\.gpu' tests --include='test_*.py' | sort)}
+        if [ "${KJ_TEST_PARALLEL:-0}" = 1 ]; then
+            for file in $gpu_test_files; do
+                python3 -m pytest -v -rA -m gpu -p no:cacheprovider "$file" >"$out/pytest_gpu_${file//\//_}.log" 2>&1 &
+            done
+            wait
+            tail -n 3 "$out"/pytest_gpu_*.log
+        else
+            python3 -m pytest -v -rA -m gpu -p no:cacheprovider $gpu_test_files 2>&1 | tee "$out/pytest_gpu.log"
+        fi ;;
     security)
         python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/test_timing_integrity.py \
             tests/engine/test_sandbox_containment.py tests/engine/test_startup_check.py tests/engine/test_candidate_log.py \
