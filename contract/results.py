@@ -207,6 +207,12 @@ class ClockCheckReport(BaseModel):
     every_pair_over: bool = Field(False, description="The unexplained time was positive in every pair and beyond "
                                                     "the reference's own noise: a hidden time, however much it "
                                                     "varied from block to block (rejects from 6 pairs on).")
+    pair_calls: list[int] = Field(default_factory=list, description="Calls per block of each pair, calibration "
+                                                                     "first (both sides ran the same number).")
+    pair_differences_ms: list[float] = Field(default_factory=list, description=(
+        "Per pair, in the same order: the candidate's time outside its samples minus the reference's, per call. "
+        "Times a pair's calls, it is what the candidate's block took beyond the reference's: the same figure "
+        "in ms per block over blocks of different sizes points at a per-request cost, not a per-call one."))
     passed: bool
 
 

@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             except NotImplementedError:
                 print("worker.engine.evaluate is not implemented yet; run with --only static", file=sys.stderr)
                 return 2
-            print(f"  {case.id}: {outcomes[-1].got} ({outcomes[-1].seconds:.1f}s)", file=sys.stderr, flush=True)
+            note = f" {outcomes[-1].note}" if outcomes[-1].note else ""
+            print(f"  {case.id}: {outcomes[-1].got} ({outcomes[-1].seconds:.1f}s){note}", file=sys.stderr, flush=True)
     summary = summarise(outcomes)
     print(text_table(outcomes, summary))
     mode = "static" if args.only == "static" else "engine"

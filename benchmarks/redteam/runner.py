@@ -113,6 +113,9 @@ def run_engine(
     outcome.as_expected = matches(case.expected, got, hits)
     if result.error is not None:
         outcome.note = f"{result.error.kind}: {result.error.message}"[:160]
+    rejecting = [hit for hit in hits if hit.severity == "reject"]
+    if case.honest and rejecting:  # a false reject: why, in the rule's own evidence
+        outcome.note = f"{short(rejecting[0].rule)}: {rejecting[0].evidence}"[:1000]
     return outcome
 
 

@@ -74,3 +74,13 @@ def test_a_hidden_time_that_varies_with_load_is_still_caught_in_every_pair():
         assert "in every pair" in rule_hits(report)[0].evidence
         honest = check(_hidden_varying_window(seed, hidden_ms=0.0, cv=0.6), "cpu")
         assert honest.passed and not honest.every_pair_over, honest
+
+
+def test_each_pairs_difference_is_in_the_report_and_the_evidence():
+    # 0.36 ms per call hidden over blocks of 51 calls (calibration: the same blocks here).
+    report = check(_window(0.5, 0.4, 0.04, pairs=3, runs=50), "cuda")
+    assert report.pair_calls == [51] * 4
+    assert len(report.pair_differences_ms) == 4
+    assert all(abs(difference - 0.36) < 0.02 for difference in report.pair_differences_ms)
+    [hit] = rule_hits(report)
+    assert "per pair (calls: ms per call beyond the reference's): 51: +0.3" in hit.evidence

@@ -43,3 +43,16 @@ def test_engine_run_uses_the_case_profile_and_disabled_rules():
     run_engine(partial, [], Device.cpu, evaluate, 60.0)
     assert requests[-1].options.policy.profile == "partial"
     assert requests[-1].options.policy.disabled_rules == ["KJ107"]
+
+
+def test_a_rejected_honest_case_carries_the_rules_evidence():
+    hit = RuleHit(rule="KJ-R20-timing-disagrees-with-supervisor-clock", severity="reject", message="m",
+                  evidence="reported 0.0200 ms per call")
+
+    def evaluate(request: EvalRequest):
+        return SimpleNamespace(status=EvalStatus.rejected, rules=[hit], flagged=False, error=None)
+
+    honest = next(case for case in CASES.values() if case.honest)
+    outcome = run_engine(honest, [], Device.cpu, evaluate, 60.0)
+    assert outcome.got == "rejected:KJ-R20"
+    assert outcome.note == "KJ-R20: reported 0.0200 ms per call"

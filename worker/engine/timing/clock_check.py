@@ -71,6 +71,7 @@ def check(window: PairedWindow, device: str) -> ClockCheckReport:
         pairs=len(pairs), claimed_ms=claimed, supervisor_ms=claimed + max(excess, 0.0),
         reference_outside_ms=statistics.median(reference), candidate_outside_ms=statistics.median(candidate),
         noise_ms=noise, limit_ms=reference_limit if every_pair_over else limit, every_pair_over=every_pair_over,
+        pair_calls=[c.calls for _, c in pairs], pair_differences_ms=differences,
         passed=excess <= limit and not every_pair_over,
     )
 
@@ -86,5 +87,8 @@ def rule_hits(report: ClockCheckReport | None) -> list[RuleHit]:
                  f"{report.supervisor_ms:.4f} ms (time outside the samples per call: candidate "
                  f"{report.candidate_outside_ms:.4f} ms, reference {report.reference_outside_ms:.4f} ms, limit "
                  f"{report.limit_ms:.4f} ms over {report.pairs} block pairs"
-                 + (", and beyond the reference's noise in every pair)" if report.every_pair_over else ")"),
+                 + (", and beyond the reference's noise in every pair)" if report.every_pair_over else ")")
+                 + "; per pair (calls: ms per call beyond the reference's): "
+                 + ", ".join(f"{calls}: {difference:+.4f}"
+                             for calls, difference in zip(report.pair_calls, report.pair_differences_ms, strict=True)),
     )]
