@@ -3,7 +3,7 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: fresh prebuild eval elementwise baselines redteam throughput tests security repeat fidelity soak
+# STEPS: fresh prebuild eval elementwise baselines redteam redteam-load throughput tests security repeat fidelity soak
 # soak-wait bundle (a name that is none of these only installs)
 # (default: eval redteam tests).
 # fresh: kill servers and spawners a cut call left on a warm machine, and empty the throughput data dir (do it
@@ -91,6 +91,22 @@ for step in $steps; do
     redteam)
         python3 -m benchmarks.redteam --device cuda --gpu-only --markdown "$out/redteam_gpu_$stamp.md" 2>&1 \
             | tee "$out/redteam.log" ;;
+    redteam-load)
+        # The red-team's cases KJ_REDTEAM_CASES (globs, default the honest ones) KJ_ROUNDS times (default 2) while
+        # the corpus's CUDA candidates build in the background on the build cores (12 threads, a cache of their
+        # own): a batch's host load, under which honest candidates once got KJ-R20 (their evidence is printed).
+        KERNELJUDGE_DATA_DIR=$PWD/data/load-builds python3 -m benchmarks.prebuild "${KJ_CORPUS:-.carry/corpus}/cands/*.py" \
+            --threads 12 >"$out/load_builds.log" 2>&1 &
+        load_pid=$!
+        set -f
+        for round in $(seq "${KJ_ROUNDS:-2}"); do
+            for cases in ${KJ_REDTEAM_CASES:-'honest_*'}; do
+                echo "round $round, load $(kill -0 $load_pid 2>/dev/null && echo running || echo done): $cases"
+                python3 -m benchmarks.redteam --device cuda --cases "$cases" 2>&1 | grep -v '^|'
+            done
+        done 2>&1 | tee "$out/redteam_load.log"
+        set +f
+        kill $load_pid 2>/dev/null ;;
     elementwise)
         python3 -m benchmarks.gpu_eval --device cuda --problems elementwise --kinds triton_ok cuda_ok \
             --repeats 3 --timing-budget 0.5 --trials 3 --out "$out/gpu_eval_elementwise_$stamp.md" 2>&1 \
