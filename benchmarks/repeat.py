@@ -21,6 +21,7 @@ round, so a run cut short keeps what it measured.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import signal
@@ -52,6 +53,7 @@ class Row:
     candidate_ms: list[float] = field(default_factory=list)
     window_s: list[float] = field(default_factory=list)  # each timed job's exclusive window (stages["timing"])
     verdicts: list[str] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)  # each rejecting rule with its evidence: why an honest one lost
     do_bench: float | None = None
     do_bench_note: str = ""
 
@@ -77,9 +79,15 @@ class Row:
 
 
 def _module(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    sys.modules[name] = module  # Triton's JIT reads a kernel's globals through its module
-    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    """`source` imported as module `name` from a file of its own: Triton's JIT reads a kernel's source from its
+    file ("@jit functions should be defined in a Python file") and its globals through sys.modules."""
+    path = Path(tempfile.mkdtemp(prefix="kj-repeat-module-")) / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
     return module
 
 
@@ -164,6 +172,10 @@ def write_table(path: Path, rows: list[Row], args: argparse.Namespace, rounds: l
             _fmt(statistics.median(row.window_s) if row.window_s else None, ".2f"),
             _fmt(row.do_bench, ".3f") if row.do_bench else (row.do_bench_note or "-"), _fmt(row.agreement, "+.2%"),
         ]) + " |")
+    rejected = [(row.name, why) for row in rows for why in row.rejections]
+    if rejected:
+        lines += ["", "## Rejections (honest candidates: each is a false reject)", ""]
+        lines += [f"- `{name}` {why}" for name, why in rejected]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -183,6 +195,9 @@ def run_round(service: Service, rows: list[Row], options: dict, rng: random.Rand
     for row, job in zip(order, jobs, strict=True):
         result = job.result
         row.verdicts.append(result.status.value if result else f"job {job.status.value}")
+        if result is not None:
+            row.rejections += [f"round {len(row.verdicts)}: {hit.rule}: {hit.evidence}"
+                               for hit in result.rules if hit.severity == "reject"]
         if result is not None and result.speedup is not None and result.timing is not None:
             row.speedups.append(result.speedup)
             row.candidate_ms.append(result.timing.candidate.median_ms)
@@ -236,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 row.do_bench = do_bench_speedup(row.reference, row.candidate)
             except Exception as exc:  # noqa: BLE001 - reported in the table, the other rows go on
-                row.do_bench_note = f"failed: {type(exc).__name__}"
+                row.do_bench_note = f"failed: {type(exc).__name__}: {exc}"[:100].replace("|", "/")
     write_table(args.out, rows, args, rounds, started)
     print(args.out.read_text())
     return 0

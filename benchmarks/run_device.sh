@@ -23,7 +23,8 @@
 # red-team's clock-forgery and containment cases (KJ_SECURITY_CASES, default c3_clock* c4_*) on the GPU.
 # repeat: benchmarks/repeat.py (every honest library candidate KJ_REPEATS times through the service under a
 # CUDA build load of the corpus, and triton.testing.do_bench); KJ_REPEAT_BUDGET sets every job's timing budget
-# per model (default: the service's 3 s), to weigh the spread against how long each job holds its GPU alone.
+# per model (default: the service's 3 s), to weigh the spread against how long each job holds its GPU alone;
+# KJ_PROBLEMS limits it to those library problems.
 # fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
 # stays warm, so a second call resumes), the table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long.
 # soak: benchmarks/soak.py (rl rounds back to back against one server for KJ_SOAK_S, default 1200 s, on every
@@ -146,6 +147,7 @@ for step in $steps; do
     repeat)
         python3 -m benchmarks.repeat --device cuda --repeats ${KJ_REPEATS:-5} --corpus "${KJ_CORPUS:-.carry/corpus}" \
             --build-threads ${KJ_BUILD_THREADS:-12} ${KJ_REPEAT_BUDGET:+--timing-budget-s $KJ_REPEAT_BUDGET} \
+            ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} \
             --out "$out/repeat${KJ_REPEAT_BUDGET:+_budget$KJ_REPEAT_BUDGET}_$stamp.md" 2>&1 | tee "$out/repeat.log" ;;
     fidelity)
         mkdir -p data

@@ -4,8 +4,13 @@ so that GPU runs at two budgets weigh the speedups' spread against each job's ti
 
 from __future__ import annotations
 
+import argparse
+
+import torch
+
 from benchmarks import repeat
 from contract.requests import EvalOptions
+from problem_library.catalog import load_library
 
 
 def test_a_given_timing_budget_reaches_every_job_and_the_default_is_the_services():
@@ -25,3 +30,23 @@ def test_the_table_gives_the_budget_and_each_candidates_timing_window(tmp_path):
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[1] == "ok" and len(cells[2].split()) == 2  # both repeats timed
     assert float(cells[6]) > 0  # the window's median seconds, from each job's `timing` stage
+
+
+def test_a_triton_candidate_loads_for_do_bench_from_a_file_of_its_own():
+    # exec'd from a string, Triton's @jit refused it ("should be defined in a Python file"): every triton row of
+    # the H100 run said "failed: ValueError".
+    problem = next(p for p in load_library() if p.name == "silu")
+    module = repeat._module(problem.candidates["triton_ok"], "kj_test_repeat_silu")
+    assert isinstance(module.ModelNew(), torch.nn.Module)
+
+
+def test_a_rejected_honest_candidate_is_listed_with_its_rules_evidence(tmp_path):
+    row = repeat.Row("conv2d", "cuda_ok", "ref", "cand", speedups=[0.23], candidate_ms=[1.19], window_s=[4.0],
+                     verdicts=["ok", "rejected"],
+                     rejections=["round 2: KJ-R20-timing-disagrees-with-supervisor-clock: reported 1.19 ms"])
+    args = argparse.Namespace(device="cpu", repeats=2, timing_budget_s=None)
+    out = tmp_path / "repeat.md"
+    repeat.write_table(out, [row], args, [], "now")
+    table = out.read_text()
+    assert "| conv2d/cuda_ok | ok/rejected |" in table
+    assert "- `conv2d/cuda_ok` round 2: KJ-R20-timing-disagrees-with-supervisor-clock: reported 1.19 ms" in table
