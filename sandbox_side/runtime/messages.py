@@ -159,6 +159,15 @@ class Exit(Command):
 
 
 @dataclass
+class Ping(Command):
+    """Answer at once (Pong), whatever the role and before any load: before each timed block the supervisor
+    waits for this round trip, so that the block's clock starts on a runner that is running and reading (one
+    thawed from a pause a moment ago is still waking up). Reply: Pong."""
+
+    NAME: ClassVar[str] = "ping"
+
+
+@dataclass
 class Load(Command):
     """Import the module this runner serves, once (the reference's for a judge). Reply: Loaded."""
 
@@ -316,6 +325,11 @@ class Ready(Reply):
 @dataclass
 class Loaded(Reply):
     NAME: ClassVar[str] = "loaded"
+
+
+@dataclass
+class Pong(Reply):
+    NAME: ClassVar[str] = "pong"
 
 
 @dataclass

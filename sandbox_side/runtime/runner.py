@@ -49,6 +49,8 @@ from sandbox_side.runtime.messages import (
     Load,
     Loaded,
     MessageError,
+    Ping,
+    Pong,
     Ready,
     Run,
     RunDone,
@@ -154,12 +156,15 @@ class Runner:
             if message is None:
                 return
             try:
-                command = decode_command(message, [Exit, *table])
+                command = decode_command(message, [Exit, Ping, *table])
             except MessageError as exc:
                 self.channel.reply(ErrorReply(FailureKind.protocol, f"unreadable command: {exc}"))
                 continue
             if isinstance(command, Exit):
                 return
+            if isinstance(command, Ping):
+                self.channel.reply(Pong())
+                continue
             if not isinstance(command, Load) and self.module is None:
                 self.channel.reply(ErrorReply(FailureKind.protocol, f"{command.NAME!r} before load"))
                 continue

@@ -49,6 +49,7 @@ FOLDER = Payload(4, None, SealedBuffer.from_bytes(b"ELF!"))
 # One message of each class, every field set (payloads with their sealed files, as the supervisor holds them).
 EXAMPLES: list[messages.Message] = [
     messages.Exit(),
+    messages.Ping(),
     Load(source="import torch\n", cpu_s=60),
     Time(runs=5, warmup=1, order=[3, 0, 1, 2, 4, 5], keep=[2], compiled=True),
     Run(init_seed=7, poison_bytes=4096, payload=TENSORS),
@@ -66,6 +67,7 @@ EXAMPLES: list[messages.Message] = [
     messages.Compile(atol=0.25, rtol=None),
     messages.Ready(environment={"torch": "2.9", "gpu_name": None}),
     messages.Loaded(),
+    messages.Pong(),
     ErrorReply(kind=FailureKind.out_of_memory, message="out of device memory", detail="Traceback ..."),
     messages.StepReached(step="truths", device=True),
     Timing(device_ms=[1.5, 2.0], warmup_runs=1, tampered=["time.perf_counter"]),

@@ -162,3 +162,23 @@ def test_an_honest_candidates_timing_is_unaffected_by_the_pauses(settings):
                                                     for how in result.extra.candidate_paused)
     timing = result.timing
     assert timing.clock_check.passed and timing.speedup_ci95[0] <= timing.speedup <= timing.speedup_ci95[1]
+
+
+def test_every_timed_block_of_either_side_starts_after_a_ping_answered_off_its_clock(settings, monkeypatch):
+    # The candidate's sandbox is frozen through each reference block: the ping is what makes its next block's
+    # clock start on a process that runs again (and the reference's on one that has just answered, as alike).
+    sent: list[tuple[str, str]] = []
+    real_send = process_module.SandboxProcess.send
+
+    def send(self, message, payload=None):
+        sent.append((self.name, message.get("op")))
+        return real_send(self, message, payload)
+
+    monkeypatch.setattr(process_module.SandboxProcess, "send", send)
+    result = _evaluate(settings, SILU_REFERENCE, HONEST_SILU)
+    assert result.status == EvalStatus.ok and result.timing is not None, (result.status, result.error, result.rules)
+    timed = [index for index, (_, op) in enumerate(sent) if op == "time"]
+    sides = {sent[index][0] for index in timed}
+    assert len(sides) == 2, sent  # the judge's blocks and the candidate's
+    assert len(timed) >= 2 * (1 + result.timing.pairs)
+    assert all(sent[index - 1] == (sent[index][0], "ping") for index in timed), sent

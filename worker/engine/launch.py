@@ -21,6 +21,8 @@ from sandbox_side.runtime.messages import (
     Load,
     Loaded,
     MessageError,
+    Ping,
+    Pong,
     Proceed,
     Ready,
     Reply,
@@ -224,7 +226,11 @@ class RunnerSession:
 
     def timed_request(self, command: Command, reply: type[R], deadline: float) -> tuple[R, float]:
         """`request`, and the supervisor's own clock around it in seconds: from just before the command
-        is written to when the reply's last byte was read."""
+        is written to when the reply's last byte was read. A ping goes first, off the clock: the clock check
+        (worker/engine/timing/clock_check.py) compares the two sides' blocks as if alike, and the candidate's
+        sandbox was frozen through the reference's block just before, so without it only the candidate's
+        clock would hold the wake-up of a thawed process (on CPU, 13-25 us more per request at the median)."""
+        self.request(Ping(), Pong, deadline)
         sent = time.monotonic()
         answer = self.request(command, reply, deadline)
         return answer, self.process.received_at - sent
