@@ -382,6 +382,10 @@ class ResultNotes(BaseModel):
     candidate_paused: list[str] | None = Field(
         default=None, description="How the candidate's sandbox was paused while the reference was timed.")
     timing_runs: TimingRunsNote | None = None
+    clock_check_retried: ClockCheckReport | None = Field(
+        default=None, description="The first timing window's clock check, which failed: the window was measured "
+                                  "again, and the result's figures and verdict are the second's (a forger's fails "
+                                  "both; a batch's host noise seldom does twice).")
     compile_baseline: dict[str, Any] | None = Field(
         default=None, description="The problem's torch.compile baseline: its state (attached, waited, pending, "
                                   "off) and record.")

@@ -560,7 +560,17 @@ class DeviceStage:
         notify(self.on_stage, Stage.timing)
         with self.builder.stage(Stage.timing), \
                 timing_cores(self.settings.cpu_plan(), [judge.pid, session.process.pid]):
-            window = measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng)
+            windows = [measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng)]
+            clock = clock_check.check(windows[0], opts.device.value)
+            if not clock.passed:
+                # A window whose candidate blocks took longer than it reported is a forger's every time it is
+                # measured, and an honest one's only when the host's noise lands on its side (a false reject
+                # of an honest CUDA conv, once in 14 runs under a batch on an H100): a second window decides.
+                # It keeps outputs as the first did: a candidate that can count its blocks gains nothing there.
+                self.builder.extra.clock_check_retried = clock
+                windows.append(measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng))
+                clock = clock_check.check(windows[-1], opts.device.value)
+        window = windows[-1]
         self.builder.extra.candidate_paused = sorted(set(pauses))
         notify(self.on_stage, Stage.timing_check)
         with self.builder.stage(Stage.timing_check):
@@ -577,8 +587,8 @@ class DeviceStage:
                 ok, message = check.ok, check.message or _timed_evidence(check, expected, labels)
             else:
                 ok, message = False, "timed run: the candidate sent no outputs"
-        tampered = [*tampered, *window.candidate_tampered, *kept.tampered, *snapshot.tampered]
-        clock = clock_check.check(window, opts.device.value)
+        tampered = [*tampered, *(name for measured in windows for name in measured.candidate_tampered),
+                    *kept.tampered, *snapshot.tampered]
         speedup, speedup_ci = window.speedup()
         cand_stats = window.candidate_stats
         timing = TimingReport(
