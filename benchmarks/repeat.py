@@ -36,6 +36,7 @@ from pathlib import Path
 
 from benchmarks.throughput import KEY, REPO, Service, device_name, git_commit
 from problem_library.catalog import load_library
+from worker.engine.timing import clock_check
 
 HONEST_KINDS = ("triton_ok", "cuda_ok")
 SPREAD_GOAL = 0.02
@@ -54,6 +55,7 @@ class Row:
     window_s: list[float] = field(default_factory=list)  # each timed job's exclusive window (stages["timing"])
     verdicts: list[str] = field(default_factory=list)
     rejections: list[str] = field(default_factory=list)  # each rejecting rule with its evidence: why an honest one lost
+    clock_retries: list[str] = field(default_factory=list)  # first windows that failed the clock check, measured again
     do_bench: float | None = None
     do_bench_note: str = ""
 
@@ -176,6 +178,10 @@ def write_table(path: Path, rows: list[Row], args: argparse.Namespace, rounds: l
     if rejected:
         lines += ["", "## Rejections (honest candidates: each is a false reject)", ""]
         lines += [f"- `{name}` {why}" for name, why in rejected]
+    retried = [(row.name, why) for row in rows for why in row.clock_retries]
+    if retried:
+        lines += ["", "## First windows that failed the clock check (each measured again; the second decided)", ""]
+        lines += [f"- `{name}` {why}" for name, why in retried]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -198,6 +204,8 @@ def run_round(service: Service, rows: list[Row], options: dict, rng: random.Rand
         if result is not None:
             row.rejections += [f"round {len(row.verdicts)}: {hit.rule}: {hit.evidence}"
                                for hit in result.rules if hit.severity == "reject"]
+            if (first := result.extra.clock_check_retried) is not None:
+                row.clock_retries.append(f"round {len(row.verdicts)}: {clock_check.rule_hits(first)[0].evidence}")
         if result is not None and result.speedup is not None and result.timing is not None:
             row.speedups.append(result.speedup)
             row.candidate_ms.append(result.timing.candidate.median_ms)

@@ -109,6 +109,8 @@ class Outcome:
     gpu: int | None = None  # the host GPU that ran it (result.environment.gpu_index): a lane, on several GPUs
     # Each rule that fired, with its evidence (result.rules): why a sample was rejected or flagged.
     rules: list[str] = field(default_factory=list)
+    # A first timing window that failed the clock check and was measured again (result.extra.clock_check_retried).
+    clock_check_retried: dict | None = None
 
 
 @dataclass
@@ -447,7 +449,8 @@ def outcome_of(job, origin=None) -> Outcome:
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None,
                    gpu=result.environment.gpu_index if result.environment else None,
-                   rules=[f"{hit.rule} ({hit.severity}): {hit.evidence or hit.message}"[:600] for hit in result.rules])
+                   rules=[f"{hit.rule} ({hit.severity}): {hit.evidence or hit.message}"[:1500] for hit in result.rules],
+                   clock_check_retried=retried.model_dump() if (retried := result.extra.clock_check_retried) else None)
 
 
 def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float,

@@ -62,7 +62,7 @@ def test_a_jobs_row_names_the_gpu_that_ran_it_and_the_evidence_of_each_rule_that
     from datetime import UTC, datetime, timedelta
     from types import SimpleNamespace
 
-    from contract.results import EnvironmentInfo, EvalResult, RuleHit
+    from contract.results import ClockCheckReport, EnvironmentInfo, EvalResult, RuleHit
     from contract.statuses import Device, EvalStatus, SandboxKind
 
     hit = RuleHit(rule="KJ-R20-timing-disagrees-with-supervisor-clock", severity="reject", message="the message",
@@ -75,5 +75,11 @@ def test_a_jobs_row_names_the_gpu_that_ran_it_and_the_evidence_of_each_rule_that
                           running_at=None)
     outcome = throughput.outcome_of(job, created)
     assert outcome.gpu == 1
+    assert outcome.clock_check_retried is None
+    first = ClockCheckReport(pairs=9, claimed_ms=1.2, supervisor_ms=1.35, reference_outside_ms=0.1,
+                             candidate_outside_ms=0.25, noise_ms=0.01, limit_ms=0.12, pair_calls=[8] + [251] * 8,
+                             pair_differences_ms=[3.9] + [0.15] * 8, passed=False)
+    result.extra.clock_check_retried = first
+    assert throughput.outcome_of(job, created).clock_check_retried == first.model_dump()
     assert outcome.rules == ["KJ-R20-timing-disagrees-with-supervisor-clock (reject): reported 0.1 ms per call; "
                              "the supervisor's clock allows 0.2 ms"]

@@ -40,13 +40,16 @@ def test_a_triton_candidate_loads_for_do_bench_from_a_file_of_its_own():
     assert isinstance(module.ModelNew(), torch.nn.Module)
 
 
-def test_a_rejected_honest_candidate_is_listed_with_its_rules_evidence(tmp_path):
+def test_a_rejected_honest_candidate_and_a_retried_clock_check_are_listed_with_their_evidence(tmp_path):
     row = repeat.Row("conv2d", "cuda_ok", "ref", "cand", speedups=[0.23], candidate_ms=[1.19], window_s=[4.0],
                      verdicts=["ok", "rejected"],
-                     rejections=["round 2: KJ-R20-timing-disagrees-with-supervisor-clock: reported 1.19 ms"])
+                     rejections=["round 2: KJ-R20-timing-disagrees-with-supervisor-clock: reported 1.19 ms"],
+                     clock_retries=["round 1: reported 1.2 ms per call"])
     args = argparse.Namespace(device="cpu", repeats=2, timing_budget_s=None)
     out = tmp_path / "repeat.md"
     repeat.write_table(out, [row], args, [], "now")
     table = out.read_text()
     assert "| conv2d/cuda_ok | ok/rejected |" in table
     assert "- `conv2d/cuda_ok` round 2: KJ-R20-timing-disagrees-with-supervisor-clock: reported 1.19 ms" in table
+    assert "## First windows that failed the clock check" in table
+    assert "- `conv2d/cuda_ok` round 1: reported 1.2 ms per call" in table
