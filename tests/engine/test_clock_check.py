@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from worker.engine.timing.clock_check import RULE, check, outside_ms, rule_hits
+from worker.engine.timing.clock_check import RULE, check, measure_checked, outside_ms, rule_hits
 from worker.engine.timing.timing_protocol import PairedWindow, TimedBlock
 
 LOOP_MS = 0.12  # per call outside the samples: flush, sync, the loop
@@ -84,3 +84,13 @@ def test_each_pairs_difference_is_in_the_report_and_the_evidence():
     assert all(abs(difference - 0.36) < 0.02 for difference in report.pair_differences_ms)
     [hit] = rule_hits(report)
     assert "per pair (calls: ms per call beyond the reference's): 51: +0.3" in hit.evidence
+
+
+def test_a_window_that_fails_is_measured_once_more_and_the_second_decides():
+    honest, forged = _window(0.5, 0.05, 0.05), _window(0.5, 0.4, 0.04)
+    windows, report, first = measure_checked(iter([forged, honest]).__next__, "cuda")
+    assert windows == [forged, honest] and report.passed and first is not None and not first.passed
+    windows, report, first = measure_checked(iter([forged, forged]).__next__, "cuda")
+    assert len(windows) == 2 and not report.passed and not first.passed
+    windows, report, first = measure_checked(iter([honest]).__next__, "cuda")
+    assert windows == [honest] and report.passed and first is None

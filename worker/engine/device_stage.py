@@ -560,16 +560,9 @@ class DeviceStage:
         notify(self.on_stage, Stage.timing)
         with self.builder.stage(Stage.timing), \
                 timing_cores(self.settings.cpu_plan(), [judge.pid, session.process.pid]):
-            windows = [measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng)]
-            clock = clock_check.check(windows[0], opts.device.value)
-            if not clock.passed:
-                # A window whose candidate blocks took longer than it reported is a forger's every time it is
-                # measured, and an honest one's only when the host's noise lands on its side (a false reject
-                # of an honest CUDA conv, once in 14 runs under a batch on an H100): a second window decides.
-                # It keeps outputs as the first did: a candidate that can count its blocks gains nothing there.
-                self.builder.extra.clock_check_retried = clock
-                windows.append(measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng))
-                clock = clock_check.check(windows[-1], opts.device.value)
+            windows, clock, self.builder.extra.clock_check_retried = clock_check.measure_checked(
+                lambda: measure_paired(reference_block, candidate_block, opts, checks=checks, rng=rng),
+                opts.device.value)
         window = windows[-1]
         self.builder.extra.candidate_paused = sorted(set(pauses))
         notify(self.on_stage, Stage.timing_check)
