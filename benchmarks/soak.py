@@ -148,6 +148,62 @@ def round_pairs(pairs: list[Pair], number: int, seed: int) -> list[Pair]:
     return marked
 
 
+@dataclass(frozen=True)
+class Repeats:
+    """One candidate's runs over the soak's rounds (its samples in every round): do its verdicts and speedups
+    repeat under a full batch (issue 23, section 4)?"""
+
+    name: str  # the pair without its round and sample number: "softmax/triton_ok"
+    verdicts: tuple[str, ...]  # distinct verdicts seen
+    speedups: tuple[float, ...]
+    reference_ms: tuple[float, ...]  # each timed run's two medians: which side moved
+    candidate_ms: tuple[float, ...]
+
+    @property
+    def spread(self) -> float | None:
+        """max / min - 1 of its speedups; None with fewer than two."""
+        if len(self.speedups) < 2 or min(self.speedups) <= 0:
+            return None
+        return max(self.speedups) / min(self.speedups) - 1
+
+
+def base_name(pair: str) -> str:
+    """'r3/softmax/triton_ok#2' -> 'softmax/triton_ok'."""
+    return pair.split("/", 1)[-1].split("#", 1)[0]
+
+
+def repeats_of(rows: list[tuple[str, Outcome]]) -> list[Repeats]:
+    """(pair name, outcome) of every job -> each candidate's runs, widest speedup spread first."""
+    grouped: dict[str, list[Outcome]] = {}
+    for pair, outcome in rows:
+        grouped.setdefault(base_name(pair), []).append(outcome)
+    found = []
+    for name, outcomes in grouped.items():
+        speedups = tuple(o.speedup for o in outcomes if o.speedup is not None)
+        timed = [o for o in outcomes if o.speedup is not None]
+        found.append(Repeats(name, tuple(sorted({o.verdict for o in outcomes})), speedups,
+                             tuple(o.timed["reference_ms"] for o in timed if o.timed),
+                             tuple(o.timed["candidate_ms"] for o in timed if o.timed)))
+    return sorted(found, key=lambda r: (-(r.spread or 0.0), r.name))
+
+
+def _range(values: tuple[float, ...], digits: int) -> str:
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}" if values else "n/a"
+
+
+def repeats_table(repeats: list[Repeats]) -> list[str]:
+    lines = ["## Repeats across rounds", "",
+             "Each candidate's runs over every round: verdicts seen, and the spread of its speedups (max/min - 1); "
+             "the two sides' medians say which one moved.", "",
+             "| candidate | verdicts | timed runs | speedups | spread | reference ms | candidate ms |",
+             "|---|---|---|---|---|---|---|"]
+    for r in repeats:
+        spread = f"{100 * r.spread:.1f}%" if r.spread is not None else "-"
+        lines.append(f"| {r.name} | {', '.join(r.verdicts)} | {len(r.speedups)} | {_range(r.speedups, 3)} | "
+                     f"{spread} | {_range(r.reference_ms, 4)} | {_range(r.candidate_ms, 4)} |")
+    return [*lines, ""]
+
+
 class Soak:
     def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
         self.args = args
@@ -197,6 +253,9 @@ class Soak:
                           f"(limit {100 * MEMORY_LIMIT:.0f}%)", *[f"- {p}" for p in self.verdict.problems], ""]
             lines += ["| round | jobs | open at its limit | finished | wall s | evals / GPU-hour | p50 s | p95 s | verdicts |",
                       "|---|---|---|---|---|---|---|---|---|", *[self._round_row(r, gpus) for r in self.rounds], ""]
+            if self.state == "finished":
+                lines += repeats_table(repeats_of([(self.names.get(job_id, job_id), outcome) for rnd in self.rounds
+                                                   for job_id, outcome in rnd.outcomes.items()]))
             text = "\n".join(lines) + "\n"
             if args.out:
                 args.out.parent.mkdir(parents=True, exist_ok=True)

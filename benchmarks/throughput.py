@@ -111,6 +111,17 @@ class Outcome:
     rules: list[str] = field(default_factory=list)
     # A first timing window that failed the clock check and was measured again (result.extra.clock_check_retried).
     clock_check_retried: dict | None = None
+    # The window's two sides (result.timing): which one moved when a speedup does not repeat.
+    timed: dict | None = None
+
+
+def timed_summary(timing) -> dict | None:
+    """The medians of both sides, the interval, the pairs and the supervisor's per-call time of a timing report."""
+    if timing is None:
+        return None
+    return {"reference_ms": timing.reference.median_ms, "candidate_ms": timing.candidate.median_ms,
+            "speedup_ci95": list(timing.speedup_ci95), "pairs": timing.pairs,
+            "candidate_host_ms": timing.candidate_host_median_ms}
 
 
 @dataclass
@@ -450,7 +461,8 @@ def outcome_of(job, origin=None) -> Outcome:
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None,
                    gpu=result.environment.gpu_index if result.environment else None,
                    rules=[f"{hit.rule} ({hit.severity}): {hit.evidence or hit.message}"[:1500] for hit in result.rules],
-                   clock_check_retried=retried.model_dump() if (retried := result.extra.clock_check_retried) else None)
+                   clock_check_retried=retried.model_dump() if (retried := result.extra.clock_check_retried) else None,
+                   timed=timed_summary(result.timing))
 
 
 def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_dir: Path, deadline: float,

@@ -58,11 +58,19 @@ def test_the_table_says_what_share_of_the_wall_the_device_was_held_alone():
 
 def test_a_jobs_row_names_the_gpu_that_ran_it_and_the_evidence_of_each_rule_that_fired():
     """What the GPU analysis reads per job: its lane's GPU, and why it was rejected (a false reject of an honest
-    library kernel on two H100s could not be explained from the rows, which held only the rule's message)."""
+    library kernel on two H100s could not be explained from the rows, which held only the rule's message), and
+    both sides' medians (a soak's single-outlier speedups could not be told apart: reference or candidate)."""
     from datetime import UTC, datetime, timedelta
     from types import SimpleNamespace
 
-    from contract.results import ClockCheckReport, EnvironmentInfo, EvalResult, RuleHit
+    from contract.results import (
+        ClockCheckReport,
+        EnvironmentInfo,
+        EvalResult,
+        RuleHit,
+        TimingReport,
+        TimingStats,
+    )
     from contract.statuses import Device, EvalStatus, SandboxKind
 
     hit = RuleHit(rule="KJ-R20-timing-disagrees-with-supervisor-clock", severity="reject", message="the message",
@@ -75,11 +83,20 @@ def test_a_jobs_row_names_the_gpu_that_ran_it_and_the_evidence_of_each_rule_that
                           running_at=None)
     outcome = throughput.outcome_of(job, created)
     assert outcome.gpu == 1
+    assert outcome.timed is None  # rejected before it was timed
     assert outcome.clock_check_retried is None
     first = ClockCheckReport(pairs=9, claimed_ms=1.2, supervisor_ms=1.35, reference_outside_ms=0.1,
                              candidate_outside_ms=0.25, noise_ms=0.01, limit_ms=0.12, pair_calls=[8] + [251] * 8,
                              pair_differences_ms=[3.9] + [0.15] * 8, passed=False)
     result.extra.clock_check_retried = first
     assert throughput.outcome_of(job, created).clock_check_retried == first.model_dump()
+    stats = {"n": 40, "mean_ms": 0.5, "std_ms": 0.01, "min_ms": 0.48, "max_ms": 0.55, "rse": 0.003}
+    result.timing = TimingReport(method="cuda_events+l2_flush", device="cuda:1",
+                                 reference=TimingStats(median_ms=0.9, **stats),
+                                 candidate=TimingStats(median_ms=0.3, **stats), speedup=3.0,
+                                 speedup_ci95=(2.9, 3.1), pairs=8, candidate_host_median_ms=0.31)
+    assert throughput.outcome_of(job, created).timed == {"reference_ms": 0.9, "candidate_ms": 0.3,
+                                                         "speedup_ci95": [2.9, 3.1], "pairs": 8,
+                                                         "candidate_host_ms": 0.31}
     assert outcome.rules == ["KJ-R20-timing-disagrees-with-supervisor-clock (reject): reported 0.1 ms per call; "
                              "the supervisor's clock allows 0.2 ms"]

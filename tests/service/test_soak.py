@@ -35,6 +35,7 @@ def test_a_short_soak_counts_every_job_from_the_store_and_passes(tmp_path, round
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert len(rows) == 8 and {row["round"] for row in rows} == {1, 2}
     assert {row["verdict"] for row in rows} <= {"ok", "incorrect"}
+    assert "## Repeats across rounds" in report and "| elementwise/triton_ok | ok |" in report
 
 
 def test_a_soak_starts_only_on_a_fresh_data_dir(tmp_path):
@@ -68,3 +69,24 @@ def test_the_soak_passes_only_with_nothing_lost_no_stall_and_memory_under_the_li
     assert not quiet_store.passed and "stacks in the server log" in quiet_store.problems[0]
     memory = soak.judge_soak(128, 128, 128, _watch(), 0, 0.93)
     assert not memory.passed and "93.0%" in memory.problems[0]
+
+
+def _timed(verdict: str, speedup: float | None, reference_ms: float = 1.0) -> soak.Outcome:
+    timed = None if speedup is None else {"reference_ms": reference_ms, "candidate_ms": reference_ms / speedup}
+    return soak.Outcome(verdict, speedup=speedup, timed=timed)
+
+
+def test_the_report_lists_each_candidates_runs_across_rounds_widest_spread_first():
+    """A soak's single-outlier speedups (8.3 eleven times, 6.3 once) must show, with the side that moved."""
+    rows = [("r1/box_loss/triton_ok#0", _timed("ok", 8.0)), ("r2/box_loss/triton_ok#3", _timed("ok", 6.0, 0.75)),
+            ("r1/silu/cuda_ok#1", _timed("ok", 1.0)), ("r2/silu/cuda_ok#0", _timed("ok", 1.01)),
+            ("r1/silu/cuda_wrong#0", _timed("incorrect", None)), ("r2/silu/cuda_wrong#0", _timed("ok", 1.0))]
+    repeats = soak.repeats_of(rows)
+    assert [r.name for r in repeats] == ["box_loss/triton_ok", "silu/cuda_ok", "silu/cuda_wrong"]
+    box = repeats[0]
+    assert box.spread == pytest.approx(8.0 / 6.0 - 1) and box.reference_ms == (1.0, 0.75)
+    assert box.candidate_ms == pytest.approx((0.125, 0.125))  # the reference moved, not the candidate
+    assert repeats[2].verdicts == ("incorrect", "ok") and repeats[2].spread is None
+    table = "\n".join(soak.repeats_table(repeats))
+    assert "| box_loss/triton_ok | ok | 2 | 6.000-8.000 | 33.3% | 0.7500-1.0000 | 0.1250-0.1250 |" in table
+    assert "| silu/cuda_wrong | incorrect, ok | 1 | 1.000-1.000 | - |" in table
