@@ -56,6 +56,10 @@ fi
 export PYTHONPATH=${KJ_EXTRA_PYTHONPATH:+$KJ_EXTRA_PYTHONPATH:}$PWD
 export KERNELJUDGE_DATA_DIR=${KERNELJUDGE_DATA_DIR:-/tmp/kj-data}
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv | tee "$out/gpu.txt"
+# The cores' topology: the lanes reserve whole physical cores where the host shows SMT (worker/engine/cpu_plan.py).
+{ lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|CPU\(s\))"
+  echo "thread siblings: $(cat /sys/devices/system/cpu/cpu*/topology/thread_siblings_list 2>/dev/null | sort -un | tr '\n' ' ')"
+} | tee -a "$out/gpu.txt"
 stamp=$(date -u +%Y-%m-%d)
 soak_out=$PWD/data/soak-out
 soak_wait() {  # until the soak's process ends or KJ_WAIT_S passes; then what it wrote so far, into OUTDIR

@@ -62,3 +62,30 @@ def test_timed_processes_hold_the_lanes_cores_only_for_the_timing_window():
     finally:
         child.stdin.close()
         child.wait(30)
+
+
+def _smt(cores: int):
+    """A made-up topology of `cores` threads on cores // 2 physical cores, numbered as Linux numbers most
+    hosts: thread i and thread i + cores // 2 share a core."""
+    half = cores // 2
+    return lambda cpu: tuple(sorted({cpu % half, cpu % half + half}))
+
+
+def test_with_smt_a_lane_reserves_whole_cores_and_no_build_runs_beside_a_timed_thread():
+    first = plan_cpus("auto", lane=0, lanes=2, available=SIXTEEN, siblings=_smt(16))
+    second = plan_cpus("auto", lane=1, lanes=2, available=SIXTEEN, siblings=_smt(16))
+    assert first.lane_cpus == (6, 14) and second.lane_cpus == (7, 15)
+    assert first.build_cpus == second.build_cpus == (0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13)
+    # An explicit plan is the operator's, but the sibling of a reserved thread builds nothing either.
+    explicit = plan_cpus("15", lane=0, lanes=1, available=SIXTEEN, siblings=_smt(16))
+    assert explicit.lane_cpus == (15,) and 7 not in explicit.build_cpus and len(explicit.build_cpus) == 14
+
+
+def test_without_smt_the_plan_is_unchanged_and_the_sysfs_topology_is_read():
+    alone = plan_cpus("auto", lane=0, lanes=1, available=SIXTEEN, siblings=lambda cpu: (cpu,))
+    assert alone.lane_cpus == (14, 15) and alone.build_cpus == tuple(range(14))
+    from worker.engine.cpu_plan import thread_siblings
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    assert cpu in thread_siblings(cpu)
+    assert thread_siblings(10**6) == (10**6,)  # no such core: just itself

@@ -15,13 +15,20 @@ SandboxSpec's `cpus` and `nice`); `pin_process_tree` moves a running one. The re
 `KERNELJUDGE_RESERVED_CPUS` gives it explicitly (`0-1;2-3`: lane 0 gets 0-1, lane 1 gets 2-3),
 `auto` reserves `KERNELJUDGE_LANE_CPUS` (2) cores per lane when the host has at least four times
 as many cores as all lanes reserve together, and `off` reserves nothing (the 2-core dev machine).
+
+Reservations are whole physical cores. Where the host shows SMT (two hardware threads a core,
+`thread_siblings_list` in sysfs), `auto` gives a lane whole cores (both threads), and a core that a lane
+reserves any thread of runs no builds on its other thread, whichever way the reservation was given: a
+build on the sibling thread takes the timed launch path's execution units and caches, and the service's
+short launch-bound kernels (60-90 us Triton launches) moved by up to 25% in single windows of a two-GPU
+soak under builds (benchmarks/results/gpu_2026-11-26_h100x2_session8.md).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -58,6 +65,25 @@ def available_cpus() -> tuple[int, ...]:
         return tuple(range(os.cpu_count() or 1))
 
 
+def thread_siblings(cpu: int) -> tuple[int, ...]:
+    """The hardware threads of `cpu`'s physical core, itself included (sysfs; just itself where unknown)."""
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as handle:
+            siblings = parse_cpu_list(handle.read())
+    except (OSError, ValueError):
+        return (cpu,)
+    return siblings if cpu in siblings else (cpu, *siblings)
+
+
+def physical_cores(cores: tuple[int, ...], siblings: Callable[[int], tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """`cores` grouped by physical core (each group the available threads of one core), highest first."""
+    groups: dict[tuple[int, ...], None] = {}
+    available = set(cores)
+    for cpu in cores:
+        groups.setdefault(tuple(sorted(c for c in siblings(cpu) if c in available) or (cpu,)), None)
+    return sorted(groups, key=max, reverse=True)
+
+
 @dataclass(frozen=True)
 class CpuPlan:
     lane_cpus: tuple[int, ...] = ()  # this lane's judges and candidate runners; () = no reservation
@@ -69,24 +95,37 @@ class CpuPlan:
 
 
 def plan_cpus(setting: str, *, lane: int, lanes: int, per_lane: int = DEFAULT_LANE_CPUS,
-              available: tuple[int, ...] | None = None) -> CpuPlan:
-    """The plan of lane number `lane` of `lanes` on this host (see the module docstring)."""
+              available: tuple[int, ...] | None = None,
+              siblings: Callable[[int], tuple[int, ...]] = thread_siblings) -> CpuPlan:
+    """The plan of lane number `lane` of `lanes` on this host (see the module docstring). `siblings`: a
+    core's hardware threads (sysfs; tests give a made-up topology)."""
     cores = available if available is not None else available_cpus()
     setting = (setting or AUTO).strip().lower()
     if setting == OFF or per_lane <= 0:
         return CpuPlan()
+    lanes = max(lanes, 1)
     if setting == AUTO:
-        if len(cores) < MIN_HOST_SHARE * per_lane * max(lanes, 1):
+        if len(cores) < MIN_HOST_SHARE * per_lane * lanes:
             return CpuPlan()
-        # Lanes take the highest cores (the low ones are where the OS and interrupts usually land).
-        reserved_all = cores[len(cores) - per_lane * max(lanes, 1):]
-        mine = reserved_all[lane * per_lane:(lane + 1) * per_lane] if lane < max(lanes, 1) else ()
+        # Lanes take the highest cores (the low ones are where the OS and interrupts usually land), whole
+        # physical cores each, at least `per_lane` threads.
+        groups = physical_cores(cores, siblings)
+        per_lane_groups: list[tuple[int, ...]] = []
+        for _ in range(lanes):
+            taken: list[int] = []
+            while groups and len(taken) < per_lane:
+                taken += groups.pop(0)
+            per_lane_groups.insert(0, tuple(sorted(taken)))  # the last lane the highest, as it always was
+        mine = per_lane_groups[lane] if lane < lanes else ()
+        reserved_all = {cpu for group in per_lane_groups for cpu in group}
     else:
         per_lane_lists = [parse_cpu_list(chunk) for chunk in setting.split(";")]
-        reserved_all = tuple(sorted({cpu for chunk in per_lane_lists for cpu in chunk}))
+        reserved_all = {cpu for chunk in per_lane_lists for cpu in chunk}
         mine = per_lane_lists[lane] if lane < len(per_lane_lists) else ()
         mine = tuple(cpu for cpu in mine if cpu in cores)
-    rest = tuple(cpu for cpu in cores if cpu not in reserved_all)
+    # No build on a thread whose core a lane times on.
+    kept_off = reserved_all | {sibling for cpu in reserved_all & set(cores) for sibling in siblings(cpu)}
+    rest = tuple(cpu for cpu in cores if cpu not in kept_off)
     if not mine or not rest:
         return CpuPlan()
     return CpuPlan(lane_cpus=tuple(mine), build_cpus=rest)

@@ -528,6 +528,10 @@ def _configure_lane(settings, pipeline: JobPipeline, identity: WorkerIdentity, i
         settings.warm_sandboxes = pipeline.config.warm_sandboxes(identity.device)
     if hasattr(settings, "lane_index") and lanes > 1:
         settings.lane_index, settings.lanes_on_host = index, lanes
+    if hasattr(settings, "cpu_plan"):
+        plan = settings.cpu_plan()
+        log.info("lane %d of %d (%s): times on cores %s, builds and correctness stages on %s", index, lanes,
+                 identity.device, list(plan.lane_cpus) or "any", list(plan.build_cpus) or "any")
 
 
 class JobPipeline:
