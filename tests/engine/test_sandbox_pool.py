@@ -133,3 +133,21 @@ def test_runners_start_in_parallel_up_to_the_pool_size():
     finally:
         release.set()
         pool.close()
+
+
+def test_a_start_cut_by_the_pools_close_is_not_logged_as_a_failure(caplog):
+    """The service stopping kills the sandbox a warm runner was starting in; the two-GPU soak's only warning
+    was that, at shutdown."""
+    starter = Starter(open_gate=False)
+    starter.fail_with = SandboxUnavailable("the process was killed by SIGKILL")
+    pool = SandboxPool(starter, size=1)
+    closer = threading.Thread(target=pool.close)
+    with caplog.at_level("DEBUG", logger="worker.engine.sandbox_pool"):
+        closer.start()
+        with pool._cond:  # close() marks the pool closed and notifies, then waits for the start in flight
+            assert pool._cond.wait_for(lambda: pool._closed, 30)
+        starter.gate.set()
+        closer.join(30)
+    assert not closer.is_alive()
+    failures = [r for r in caplog.records if "starting a warm runner failed" in r.getMessage()]
+    assert failures and all(r.levelname == "DEBUG" for r in failures)

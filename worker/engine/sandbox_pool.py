@@ -157,7 +157,10 @@ class SandboxPool:
             try:
                 runner = self._start_runner()
             except Exception as exc:  # noqa: BLE001 - handed to the next take(), logged here
-                log.warning("%s: starting a warm runner failed: %s", self.name, exc)
+                with self._cond:
+                    closing = self._closed
+                # A start cut by the pool's close (the service stopping kills its sandboxes) is no failure.
+                (log.debug if closing else log.warning)("%s: starting a warm runner failed: %s", self.name, exc)
                 error = exc
             with self._cond:
                 self._starting -= 1
