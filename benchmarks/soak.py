@@ -280,7 +280,7 @@ class Soak:
         for job in jobs:
             rnd = self.round_of[job.id]
             if job.finished and job.id not in rnd.outcomes:
-                rnd.outcomes[job.id] = outcome_of(job)
+                rnd.outcomes[job.id] = outcome_of(job, rnd.first_submit)  # its timeline from the round's start
                 rnd.wall_s = max(rnd.wall_s, (job.finished_at - rnd.first_submit).total_seconds())
         return [job.id for job in jobs if not job.finished]
 

@@ -35,6 +35,7 @@ def test_a_short_soak_counts_every_job_from_the_store_and_passes(tmp_path, round
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert len(rows) == 8 and {row["round"] for row in rows} == {1, 2}
     assert {row["verdict"] for row in rows} <= {"ok", "incorrect"}
+    assert all(0 <= row["timeline"]["claimed"] <= row["timeline"]["finished"] for row in rows)
     assert "## Repeats across rounds" in report and "| elementwise/triton_ok | ok |" in report
 
 
