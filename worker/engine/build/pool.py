@@ -6,9 +6,9 @@ three corpus candidates' fast builds (11-15 s each, /proc/stat on an otherwise i
 With a build slot per two cores the two-GPU soak's hosts stayed 59% busy while builds bound every round
 (benchmarks/results/gpu_2026-11-26_h100x2_session8.md). So a node runs a build per BUILD_CORE_SHARE of
 the cores its device lanes do not reserve (worker/engine/cpu_plan.py), with a little room for the
-correctness stages beside them (builds are niced); KERNELJUDGE_BUILD_SLOTS overrides that. (Each build's processes are capped at KERNELJUDGE_BUILD_MEMORY_GB
-of address space, EngineSettings.build_memory_bytes, so one runaway template instantiation cannot take the
-node's memory.)
+correctness stages beside them (builds are niced); KERNELJUDGE_BUILD_SLOTS overrides that. (Each build's
+processes are capped at KERNELJUDGE_BUILD_MEMORY_GB of address space, EngineSettings.build_memory_bytes, so
+one runaway template instantiation cannot take the node's memory.)
 """
 
 from __future__ import annotations
