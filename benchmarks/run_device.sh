@@ -54,6 +54,17 @@ if ! command -v bwrap >/dev/null; then
     export PATH=/opt/kj-bwrap/usr/bin:$PATH  # the engine tests look for bwrap on PATH
 fi
 export PYTHONPATH=${KJ_EXTRA_PYTHONPATH:+$KJ_EXTRA_PYTHONPATH:}$PWD
+# The fast build's host compiler: the device image has no clang, so each build's host half took g++'s 8-15 s where
+# the service's Docker image (clang-22) takes ~3 s. KJ_CLANG_DEBS: clang's .debs (scripts/download_wheels.sh's
+# clang/, about 60 MB: carry them in a call of their own) unpacked into /opt/kj-clang, which a warm machine keeps
+# for the next calls. KJ_NO_CLANG=1: build with g++ anyway (the comparison).
+if [ -n "${KJ_CLANG_DEBS:-}" ] && [ ! -x /opt/kj-clang/clang++ ]; then
+    scripts/unpack_clang.sh "$KJ_CLANG_DEBS" /opt/kj-clang
+fi
+if [ -x /opt/kj-clang/clang++ ] && [ -z "${KJ_NO_CLANG:-}" ]; then
+    export KERNELJUDGE_FAST_CXX=/opt/kj-clang/clang++
+fi
+echo "fast build host compiler: ${KERNELJUDGE_FAST_CXX:-clang++ on PATH, else g++}"
 export KERNELJUDGE_DATA_DIR=${KERNELJUDGE_DATA_DIR:-/tmp/kj-data}
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv | tee "$out/gpu.txt"
 # The cores' topology: the lanes reserve whole physical cores where the host shows SMT (worker/engine/cpu_plan.py).

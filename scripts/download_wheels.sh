@@ -21,5 +21,10 @@ python3 -m pip download --quiet --dest "$dest" --only-binary=:all: \
 # bubblewrap as a .deb: unpacked with `dpkg -x` where apt cannot reach a mirror.
 if command -v apt-get >/dev/null; then
     (cd "$dest" && apt-get download bubblewrap >/dev/null 2>&1) || echo "note: could not download the bubblewrap .deb" >&2
+    # clang-22 and the libraries it needs beyond glibc and libstdc++ (about 60 MB, in a folder of their own):
+    # scripts/unpack_clang.sh makes the fast build's host compiler of them on a GPU image without clang.
+    mkdir -p "$dest/clang"
+    (cd "$dest/clang" && apt-get download clang-22 libclang-cpp22 libllvm22 libclang-common-22-dev libz3-4 libedit2 \
+        libbsd0 libmd0 libxml2 libicu72 >/dev/null 2>&1) || echo "note: could not download clang-22's .debs" >&2
 fi
 du -sh "$dest"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install kerneljudge from a wheelhouse made by download_wheels.sh, with no network.
 # Uses the python3 on PATH (which must already have torch and triton), and unpacks the
-# bubblewrap .deb into /opt/kj-bwrap when bwrap is missing.
+# bubblewrap .deb into /opt/kj-bwrap when bwrap is missing, and clang's into /opt/kj-clang when there is no clang.
 set -euo pipefail
 wheels=${1:-wheelhouse}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,4 +13,7 @@ if ! command -v bwrap >/dev/null; then
     deb=$(ls "$wheels"/bubblewrap_*.deb | head -n1)
     dpkg -x "$deb" /opt/kj-bwrap
     echo "bwrap unpacked: export KERNELJUDGE_BWRAP=/opt/kj-bwrap/usr/bin/bwrap"
+fi
+if ! command -v clang++-22 >/dev/null && ! command -v clang++ >/dev/null && ls "$wheels"/clang/*.deb >/dev/null 2>&1; then
+    echo "clang unpacked: export KERNELJUDGE_FAST_CXX=$("$here"/scripts/unpack_clang.sh "$wheels/clang" /opt/kj-clang)"
 fi

@@ -1,8 +1,9 @@
 """How many builds run at once.
 
 A build may run two compilers at once (MAX_JOBS: the host half and nvcc side by side), but the host
-half takes most of a fast build's time, so a build keeps about 1.1 cores busy on average: measured over
-three corpus candidates' fast builds (11-15 s each, /proc/stat on an otherwise idle host, 2026-11-26).
+half takes most of a fast build's time, so a build keeps about 1.1 cores busy on average with g++, 1.2 with
+clang-22: measured over three corpus candidates' fast builds (11-15 s with g++, 7.5-8 s with clang and the CLI's
+start, /proc/stat on an otherwise idle host, 2026-11-26).
 With a build slot per two cores the two-GPU soak's hosts stayed 59% busy while builds bound every round
 (benchmarks/results/gpu_2026-11-26_h100x2_session8.md). So a node runs a build per BUILD_CORE_SHARE of
 the cores its device lanes do not reserve (worker/engine/cpu_plan.py), with a little room for the
