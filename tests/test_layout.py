@@ -54,3 +54,16 @@ def test_each_file_name_appears_once():
     names = Counter(path.name for package in PACKAGES for path in package_modules(package)
                     if path.name != "__init__.py")
     assert [name for name, count in names.items() if count > 1] == []
+
+
+def test_pytest_walks_every_test_folder():
+    """pytest's default `norecursedirs` holds "build", and skipped tests/build (the CUDA build's tests) for four
+    days of CI: no folder under tests/ may match a pattern of the configuration's."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["norecursedirs"]
+    folders = {path.name for path in (ROOT / "tests").rglob("*") if path.is_dir() and path.name != "__pycache__"
+               and any(path.glob("test_*.py"))}
+    assert "build" in folders
+    assert not {folder for folder in folders for pattern in patterns if fnmatch.fnmatch(folder, pattern)}
