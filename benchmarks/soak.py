@@ -179,9 +179,9 @@ def repeats_of(rows: list[tuple[str, Outcome]]) -> list[Repeats]:
         grouped.setdefault(base_name(pair), []).append(outcome)
     found = []
     for name, outcomes in grouped.items():
-        speedups = tuple(o.speedup for o in outcomes if o.speedup is not None)
         timed = [o for o in outcomes if o.speedup is not None]
-        found.append(Repeats(name, tuple(sorted({o.verdict for o in outcomes})), speedups,
+        found.append(Repeats(name, tuple(sorted({o.verdict for o in outcomes})),
+                             tuple(o.speedup for o in timed if o.speedup is not None),
                              tuple(o.timed["reference_ms"] for o in timed if o.timed),
                              tuple(o.timed["candidate_ms"] for o in timed if o.timed)))
     return sorted(found, key=lambda r: (-(r.spread or 0.0), r.name))
