@@ -56,13 +56,12 @@ def test_each_file_name_appears_once():
     assert [name for name, count in names.items() if count > 1] == []
 
 
-def test_pytest_walks_every_test_folder():
+def test_pytest_walks_every_test_folder(pytestconfig):
     """pytest's default `norecursedirs` holds "build", and skipped tests/build (the CUDA build's tests) for four
-    days of CI: no folder under tests/ may match a pattern of the configuration's."""
+    days of CI: no folder under tests/ may match a pattern of the configuration pytest runs with."""
     import fnmatch
-    import tomllib
 
-    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["norecursedirs"]
+    patterns = pytestconfig.getini("norecursedirs")
     folders = {path.name for path in (ROOT / "tests").rglob("*") if path.is_dir() and path.name != "__pycache__"
                and any(path.glob("test_*.py"))}
     assert "build" in folders
