@@ -71,8 +71,12 @@ def test_honest_tree_and_kahan_sums_pass_every_probe(run_eval, case):
     result = run_eval(MEAN.reference_source, CASES[case].candidate_source)
     assert result.status == EvalStatus.ok and not result.rules, result.rules
     assert sorted(p.kind for p in result.correctness.probes) == sorted(PROBE_KINDS)
-    assert all(p.ran and p.outcome == "ok" and p.ratio < 16 for p in result.correctness.probes), \
-        result.correctness.probes
+    # A reduced output is judged against an honest reduction's error bound, not against its ratio to the
+    # reference's error, which can be tiny on a secret draw: an honest tree sum's ratio passed 16 once in the full
+    # suite (2026-11-26), its verdict ok and unflagged.
+    assert all(p.ran and p.outcome == "ok"
+               and (p.ulps <= p.honest_ulps if p.honest_ulps is not None else p.ratio < 16)
+               for p in result.correctness.probes), result.correctness.probes
 
 
 def test_probe_trials_are_switched_off_with_kj_r15(run_eval):
