@@ -26,6 +26,7 @@ soak under builds (benchmarks/results/gpu_2026-11-26_h100x2_session8.md).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -65,6 +66,7 @@ def available_cpus() -> tuple[int, ...]:
         return tuple(range(os.cpu_count() or 1))
 
 
+@functools.cache  # the topology does not change, and the plan is made again for every timed job
 def thread_siblings(cpu: int) -> tuple[int, ...]:
     """The hardware threads of `cpu`'s physical core, itself included (sysfs; just itself where unknown)."""
     try:
