@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from contract.statuses import EvalStatus
-from sandbox_side.judging.correctness import Outputs, compare_with_truth
+from sandbox_side.judging.correctness import SCALE_TOLERANCE_FACTOR, Outputs, compare, compare_with_truth
 from sandbox_side.judging.discrimination import discriminate
 from sandbox_side.judging.input_checks import check_inputs
 from sandbox_side.judging.precision import precision_check
@@ -95,6 +95,60 @@ def test_a_candidate_closer_to_float64_than_the_reference_is_correct():
     cand = _out(1.0)
     result = compare_with_truth(0, ref, cand, truth, 1e-4, 1e-4)
     assert result.passed and "float64 ground truth" in result.message
+
+
+# -- the tolerance at the output's scale ------------------------------------------------------------
+def _long_products(k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(a, b, float64 a @ b) with randn operands: 64 outputs of RMS sqrt(k), many near zero."""
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(8, k, generator=gen), torch.randn(k, 8, generator=gen)
+    return a, b, a.double() @ b.double()
+
+
+def _sequential_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One float32 accumulator per output, over K in order: a naive CUDA GEMM's thread."""
+    acc = torch.zeros(a.shape[0], b.shape[1])
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k:k + 1] * b[k:k + 1, :]
+    return acc
+
+
+def test_an_honest_sequential_fp32_sum_of_131072_products_is_correct_at_the_outputs_scale():
+    a, b, truth = _long_products(131072)
+    honest = _sequential_fp32(a, b)
+    expected = Outputs("tensor", [truth.float()])
+    err = (honest.double() - truth).abs()
+    elementwise_misses = int((err > 1e-4 + 1e-4 * truth.abs()).sum())
+    assert elementwise_misses > 0  # the plain elementwise tolerance rejects it (so does the truth's own rounding)
+    result = compare(0, expected, Outputs("tensor", [honest]), None, None)
+    assert result.passed, result.message
+    assert f"{elementwise_misses} values beyond atol" in result.message and "output's RMS" in result.message
+    rms = float(truth.square().mean().sqrt())
+    assert float(err.max()) < SCALE_TOLERANCE_FACTOR * 1e-4 * rms / 2  # at least 2x margin on this draw
+
+
+def test_operands_rounded_to_half_stay_incorrect_at_the_outputs_scale():
+    a, b, truth = _long_products(131072)
+    rounded = a.half().float() @ b.half().float()
+    result = compare(0, Outputs("tensor", [truth.float()]), Outputs("tensor", [rounded]), None, None)
+    assert not result.passed and result.mismatch_fraction > 0.1, result
+
+
+def test_an_elementwise_half_precision_result_of_a_large_output_stays_incorrect():
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(2)) * 300
+    expected = torch.exp(x / 300) * 300
+    half = (torch.exp((x / 300).half()) * 300).float()
+    result = compare(0, Outputs("tensor", [expected]), Outputs("tensor", [half]), None, None)
+    assert not result.passed
+
+
+def test_an_error_at_a_small_fraction_of_the_outputs_scale_is_still_incorrect():
+    _, _, truth = _long_products(4096)
+    expected = truth.float()
+    off = expected.clone()
+    off[3, 5] += 0.01 * float(truth.square().mean().sqrt())  # 1% of the RMS on one value
+    result = compare(0, Outputs("tensor", [expected]), Outputs("tensor", [off]), None, None)
+    assert not result.passed and "1 of 64 values" in result.message
 
 
 # -- inputs ----------------------------------------------------------------------------------------
