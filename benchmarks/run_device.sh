@@ -105,8 +105,12 @@ for step in $steps; do
         python3 -m benchmarks.baselines --device cuda --timing-budget ${KJ_TIMING_BUDGET:-1.0} --trials ${KJ_TRIALS:-3} \
             ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} --out "$out/baselines_$stamp.md" 2>&1 | tee "$out/baselines.log" ;;
     redteam)
-        python3 -m benchmarks.redteam --device cuda --gpu-only --markdown "$out/redteam_gpu_$stamp.md" 2>&1 \
-            | tee "$out/redteam.log" ;;
+        # Each case's outcome goes to OUTDIR/redteam.jsonl as it finishes, so a call cut by its limit still brings
+        # back what ran. KJ_REDTEAM_RESUME=PATH: a redteam.jsonl of an earlier call (carried), whose cases are
+        # not run again; the table then covers them all. Run `prebuild` first: it builds the CUDA cases 12 at once.
+        [ -n "${KJ_REDTEAM_RESUME:-}" ] && cp "$KJ_REDTEAM_RESUME" "$out/redteam.jsonl"
+        python3 -m benchmarks.redteam --device cuda --gpu-only --jsonl "$out/redteam.jsonl" --resume \
+            --markdown "$out/redteam_gpu_$stamp.md" 2>&1 | tee "$out/redteam.log" ;;
     redteam-load)
         # The red-team's cases KJ_REDTEAM_CASES (globs, default the honest ones) KJ_ROUNDS times (default 2) while
         # the corpus's CUDA candidates build in the background on the build cores (12 threads, a cache of their

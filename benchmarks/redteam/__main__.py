@@ -1,4 +1,5 @@
-"""python -m benchmarks.redteam [--device cpu|cuda] [--only static] [--disable RULE ...] [--write]"""
+"""python -m benchmarks.redteam [--device cpu|cuda] [--only static] [--disable RULE ...] [--write]
+[--jsonl PATH [--resume]]"""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from contract.statuses import Device
 
 from .corpus import load_corpus
+from .record import append, finished
 from .report import markdown, text_table
 from .runner import run_engine, run_static, summarise
 
@@ -30,6 +32,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--markdown", type=Path, help="write the table as markdown to this path")
     parser.add_argument("--gpu-only", action="store_true", help="only the cases that need a GPU")
     parser.add_argument("--write", action="store_true", help="write the markdown table to benchmarks/results/")
+    parser.add_argument("--jsonl", type=Path, help="append each case's outcome to this file as it finishes")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the cases --jsonl already holds for this device and mode; the table has them all")
     return parser.parse_args(argv)
 
 
@@ -41,23 +46,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no case id matches {args.cases!r}", file=sys.stderr)
         return 2
     device = Device(args.device)
-    if args.only == "static":
-        outcomes = [run_static(case, args.disable) for case in cases]
-    else:
+    mode = "static" if args.only == "static" else "engine"
+    earlier = finished(args.jsonl, cases, device.value, mode) if args.jsonl and args.resume else {}
+    if earlier:
+        print(f"  {len(earlier)} of {len(cases)} cases already in {args.jsonl}", file=sys.stderr)
+    if args.only != "static":
         from worker.engine import evaluate
-
-        outcomes = []
-        for case in cases:
-            try:
-                outcomes.append(run_engine(case, args.disable, device, evaluate, args.run_limit))
-            except NotImplementedError:
-                print("worker.engine.evaluate is not implemented yet; run with --only static", file=sys.stderr)
-                return 2
+    outcomes = []
+    for case in cases:
+        if case.id in earlier:
+            outcomes.append(earlier[case.id])
+            continue
+        if args.only == "static":
+            outcomes.append(run_static(case, args.disable))
+        else:
+            outcomes.append(run_engine(case, args.disable, device, evaluate, args.run_limit))
             note = f" {outcomes[-1].note}" if outcomes[-1].note else ""
             print(f"  {case.id}: {outcomes[-1].got} ({outcomes[-1].seconds:.1f}s){note}", file=sys.stderr, flush=True)
+        if args.jsonl:
+            append(args.jsonl, outcomes[-1], device.value, mode)
     summary = summarise(outcomes)
     print(text_table(outcomes, summary))
-    mode = "static" if args.only == "static" else "engine"
     target = args.markdown
     if args.write and target is None:
         target = RESULTS_DIR / f"redteam-{mode}-{device.value}-{dt.date.today().isoformat()}.md"
