@@ -2,8 +2,9 @@
 
 No sandbox, no harness, no kerneljudge engine: both modules are imported in this process, built
 with the same init seed, run on identical inputs for a few trials, and compared with
-`torch.allclose` at the problem's tolerance (the engine's defaults per dtype). TF32 is off on both
-sides, as in the engine. Prints one JSON line: {"correct": bool, "max_abs_error", "message"}.
+`torch.allclose` at the problem's tolerance (the engine's defaults per dtype), the absolute part raised to
+the output's scale as the engine's correctness defines it (SCALE_TOLERANCE_FACTOR x rtol x the output's RMS:
+a long reduction's rounding where its terms cancel). TF32 is off on both sides, as in the engine. Prints one JSON line: {"correct": bool, "max_abs_error", "message"}.
 
 A candidate's load_inline is answered from the engine's build of the same source (--ext-dir) so
 the check does not compile it again; without one it compiles as usual.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from sandbox_side.judging.correctness import tolerance_for
+from sandbox_side.judging.correctness import SCALE_TOLERANCE_FACTOR, tolerance_for
 
 
 def _use_prebuilt_extensions(ext_dir: Path | None) -> None:
@@ -61,6 +62,11 @@ def _flat(value) -> list[torch.Tensor]:
     return [value] if isinstance(value, torch.Tensor) else [v for v in value if isinstance(v, torch.Tensor)]
 
 
+def _rms(values: torch.Tensor) -> float:
+    finite = values[torch.isfinite(values)].double()
+    return float(finite.square().mean().sqrt()) if finite.numel() else 0.0
+
+
 def check(reference: Path, candidate: Path, device: str, trials: int, seed: int) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -91,6 +97,8 @@ def check(reference: Path, candidate: Path, device: str, trials: int, seed: int)
                 diff = (e.double() - g.double()).abs()
                 finite = torch.isfinite(diff)
                 worst = max(worst, float(diff[finite].max()) if finite.any() else 0.0)
+            if e.is_floating_point():
+                atol = max(atol, SCALE_TOLERANCE_FACTOR * rtol * _rms(e))
             if not torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
                 return {"correct": False, "max_abs_error": worst,
                         "message": f"trial {trial}: not allclose (atol {atol:g}, rtol {rtol:g})"}

@@ -1,0 +1,53 @@
+"""The fidelity benchmark's plain check defines correctness as the engine does: allclose at the problem's
+tolerance, its absolute part raised to the output's scale, so a long reduction's honest rounding agrees."""
+
+from __future__ import annotations
+
+import textwrap
+
+from benchmarks.fidelity_check import check
+
+REFERENCE = textwrap.dedent('''
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, a, b):
+            return a @ b
+
+    def get_inputs():
+        return [torch.randn(8, 131072), torch.randn(131072, 8)]
+
+    def get_init_inputs():
+        return []
+''')
+
+SEQUENTIAL = textwrap.dedent('''
+    import torch
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, a, b):  # one float32 accumulator per output, over K from its end
+            acc = torch.zeros(a.shape[0], b.shape[1])
+            for k in reversed(range(a.shape[1])):
+                acc = acc + a[:, k:k + 1] * b[k:k + 1, :]
+            return acc
+''')
+
+HALF_OPERANDS = textwrap.dedent('''
+    import torch
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, a, b):
+            return a.half().float() @ b.half().float()
+''')
+
+
+def test_an_honest_long_sum_is_correct_and_half_operands_are_not(tmp_path):
+    reference = tmp_path / "reference.py"
+    reference.write_text(REFERENCE)
+    (tmp_path / "sequential.py").write_text(SEQUENTIAL)
+    (tmp_path / "half.py").write_text(HALF_OPERANDS)
+    # Summed from the other end than the reference, it misses 1e-4 + 1e-4|t| near zero on this seed.
+    honest = check(reference, tmp_path / "sequential.py", "cpu", trials=2, seed=5)
+    assert honest["correct"], honest
+    half = check(reference, tmp_path / "half.py", "cpu", trials=2, seed=5)
+    assert not half["correct"] and "not allclose" in half["message"], half
