@@ -2,9 +2,10 @@
 
 No sandbox, no harness, no kerneljudge engine: both modules are imported in this process, built
 with the same init seed, run on identical inputs for a few trials, and compared with
-`torch.allclose` at the problem's tolerance (the engine's defaults per dtype), the absolute part raised to
-the output's scale as the engine's correctness defines it (SCALE_TOLERANCE_FACTOR x rtol x the output's RMS:
-a long reduction's rounding where its terms cancel). TF32 is off on both sides, as in the engine. Prints one JSON line: {"correct": bool, "max_abs_error", "message"}.
+`torch.allclose` at the problem's tolerance (the engine's defaults per dtype), its absolute part raised to
+SCALE_TOLERANCE_FACTOR x rtol x the output's RMS where the reference rounds at that scale against a float64 run
+of itself (correctness.rounds_at_scale: a reduction whose terms cancel), as the engine defines correctness.
+TF32 is off on both sides, as in the engine. Prints one JSON line: {"correct": bool, "max_abs_error", "message"}.
 
 A candidate's load_inline is answered from the engine's build of the same source (--ext-dir) so
 the check does not compile it again; without one it compiles as usual.
@@ -13,6 +14,7 @@ the check does not compile it again; without one it compiles as usual.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.machinery
 import importlib.util
 import json
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from sandbox_side.judging.correctness import SCALE_TOLERANCE_FACTOR, tolerance_for
+from sandbox_side.judging.correctness import SCALE_TOLERANCE_FACTOR, Outputs, rounds_at_scale, tolerance_for
 
 
 def _use_prebuilt_extensions(ext_dir: Path | None) -> None:
@@ -62,6 +64,17 @@ def _flat(value) -> list[torch.Tensor]:
     return [value] if isinstance(value, torch.Tensor) else [v for v in value if isinstance(v, torch.Tensor)]
 
 
+def _rounds_at_scale(double: torch.nn.Module, inputs: list, expected: list[torch.Tensor]) -> list[bool]:
+    """Per output, whether the reference rounds at the output's scale on these inputs (none where it cannot
+    run in float64)."""
+    args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    try:
+        truth = _flat(double(*args))
+    except Exception:  # noqa: BLE001 - a reference that cannot run in float64 keeps the elementwise tolerance
+        return []
+    return rounds_at_scale([Outputs("tuple", expected)], [Outputs("tuple", truth)])
+
+
 def _rms(values: torch.Tensor) -> float:
     finite = values[torch.isfinite(values)].double()
     return float(finite.square().mean().sqrt()) if finite.numel() else 0.0
@@ -78,6 +91,7 @@ def check(reference: Path, candidate: Path, device: str, trials: int, seed: int)
     model = ref_module.Model(*init).to(device)
     torch.manual_seed(seed)
     new = cand_module.ModelNew(*init).to(device)
+    double = copy.deepcopy(model).double()
     worst = 0.0
     for trial in range(trials):
         torch.manual_seed(seed + 1 + trial)
@@ -85,9 +99,10 @@ def check(reference: Path, candidate: Path, device: str, trials: int, seed: int)
         with torch.no_grad():
             expected = _flat(model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
             got = _flat(new(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+            at_scale = _rounds_at_scale(double, inputs, expected)
         if len(expected) != len(got):
             return {"correct": False, "max_abs_error": None, "message": "different number of outputs"}
-        for e, g in zip(expected, got, strict=True):
+        for index, (e, g) in enumerate(zip(expected, got, strict=True)):
             if e.shape != g.shape:
                 return {"correct": False, "max_abs_error": None,
                         "message": f"shape {tuple(g.shape)} != {tuple(e.shape)}"}
@@ -97,7 +112,7 @@ def check(reference: Path, candidate: Path, device: str, trials: int, seed: int)
                 diff = (e.double() - g.double()).abs()
                 finite = torch.isfinite(diff)
                 worst = max(worst, float(diff[finite].max()) if finite.any() else 0.0)
-            if e.is_floating_point():
+            if index < len(at_scale) and at_scale[index]:
                 atol = max(atol, SCALE_TOLERANCE_FACTOR * rtol * _rms(e))
             if not torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
                 return {"correct": False, "max_abs_error": worst,

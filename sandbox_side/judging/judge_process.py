@@ -104,6 +104,7 @@ class JudgeRunner(Runner):
         self.shape_inputs: list[list] = []
         self.ref_trials: list[Outputs] = []
         self.truths: list[Outputs] = []
+        self.at_scale: list[bool] = []  # per output: correctness.rounds_at_scale
         self.ref_pool: list[Outputs] = []
         self.ref_shape: list[Outputs] = []
         self.shape_truths: list[Outputs] = []
@@ -193,6 +194,9 @@ class JudgeRunner(Runner):
         self.ref_trials = [self._kept(o) for o in trial_outputs]
         self.reduction = reduction_length(floating_values(trials[0]), floating_values(self.ref_trials[0].tensors))
         self.truths = [self._kept(o) for o in truths or []]
+        # Which outputs round at their scale (a reduction whose terms cancel): decided once, from the reference's
+        # own error against float64, for every comparison of this problem's outputs.
+        self.at_scale = correctness.rounds_at_scale(self.ref_trials, self.truths)
         self.ref_pool = [self._kept(o) for o in pool_outputs]
         self.ref_shape = [self._kept(o) for o in shape_outputs]
         self.shape_truths = self._kept_truths(double, shape_inputs)
@@ -433,7 +437,7 @@ class JudgeRunner(Runner):
     def _correctness(self, cand_trials: list[Outputs], atol: float | None, rtol: float | None) -> CorrectnessReport:
         ref_trials = self.ref_trials
         truths = self.truths if len(self.truths) == len(ref_trials) else [None] * len(ref_trials)
-        results = [correctness.compare_with_truth(i, r, c, t, atol, rtol)
+        results = [correctness.compare_with_truth(i, r, c, t, atol, rtol, self.at_scale)
                    for i, (r, c, t) in enumerate(zip(ref_trials, cand_trials, truths, strict=True))]
         used_atol, used_rtol = correctness.tolerances_used(ref_trials[0], atol, rtol)
         passed = all(r.passed for r in results)
@@ -471,7 +475,7 @@ class JudgeRunner(Runner):
             report.difference = "shape"
             return report
         truth = self.shape_truths[0] if self.shape_truths else None
-        report.result = correctness.compare_at_new_shape(self.ref_shape[0], cand, truth, atol, rtol)
+        report.result = correctness.compare_at_new_shape(self.ref_shape[0], cand, truth, atol, rtol, self.at_scale)
         report.passed = report.result.passed
         report.message = report.result.message
         if not report.passed:
@@ -488,7 +492,8 @@ class JudgeRunner(Runner):
             expected = self.ref_trials[0]
 
             def matches(stored: dict) -> str | None:
-                result = correctness.compare(0, expected, self._kept(stored), command.atol, command.rtol)
+                result = correctness.compare(0, expected, self._kept(stored), command.atol, command.rtol,
+                                             self.at_scale)
                 return None if result.passed else (result.message or "outputs differ")
 
             outcome = compile_reference(self.model, self.trial_inputs[0], self.device, self._sync, matches)
@@ -547,7 +552,7 @@ class JudgeRunner(Runner):
                     continue
                 if not reference_checks.finite_where({"tensors": own.tensors}, {"tensors": out.tensors}):
                     continue
-                if correctness.compare(slot, own, out, atol, rtol).passed:
+                if correctness.compare(slot, own, out, atol, rtol, self.at_scale).passed:
                     continue  # the output does not see this change: it could not expose a stale one
                 rows.append(variant)
                 outputs.append(out)
@@ -592,13 +597,13 @@ class JudgeRunner(Runner):
                 if ref is None:
                     raise MalformedOutputs(f"no reference output for input set {slot}, variant {variant}")
                 cand = self._on_device(correctness.parse_outputs(entry))
-                result = correctness.compare(index, ref, cand, atol, rtol)
+                result = correctness.compare(index, ref, cand, atol, rtol, self.at_scale)
                 if result.passed:
                     continue
                 wrong.append((index, result.message or "outputs differ"))
                 if replayed is None and self.ref_variants:
                     others = [v for v, other in enumerate(self.ref_variants[slot]) if v != variant
-                              and correctness.compare(index, other, cand, atol, rtol).passed]
+                              and correctness.compare(index, other, cand, atol, rtol, self.at_scale).passed]
                     replayed = others[0] if others else -1
         except (MalformedOutputs, WireError, KeyError, TypeError, ValueError) as exc:
             message = f"timed run: {exc}"

@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from contract.statuses import EvalStatus
-from sandbox_side.judging.correctness import SCALE_TOLERANCE_FACTOR, Outputs, compare, compare_with_truth
+from sandbox_side.judging.correctness import (
+    SCALE_TOLERANCE_FACTOR,
+    Outputs,
+    compare,
+    compare_with_truth,
+    rounds_at_scale,
+)
 from sandbox_side.judging.discrimination import discriminate
 from sandbox_side.judging.input_checks import check_inputs
 from sandbox_side.judging.precision import precision_check
@@ -99,9 +105,9 @@ def test_a_candidate_closer_to_float64_than_the_reference_is_correct():
 
 # -- the tolerance at the output's scale ------------------------------------------------------------
 def _long_products(k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(a, b, float64 a @ b) with randn operands: 64 outputs of RMS sqrt(k), many near zero."""
+    """(a, b, float64 a @ b) with randn operands: 1024 outputs of RMS sqrt(k), some near zero."""
     gen = torch.Generator().manual_seed(1)
-    a, b = torch.randn(8, k, generator=gen), torch.randn(k, 8, generator=gen)
+    a, b = torch.randn(32, k, generator=gen), torch.randn(k, 32, generator=gen)
     return a, b, a.double() @ b.double()
 
 
@@ -113,14 +119,21 @@ def _sequential_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return acc
 
 
+def _flags(reference: torch.Tensor, truth: torch.Tensor) -> list[bool]:
+    return rounds_at_scale([Outputs("tensor", [reference])], [Outputs("tensor", [truth])])
+
+
 def test_an_honest_sequential_fp32_sum_of_131072_products_is_correct_at_the_outputs_scale():
     a, b, truth = _long_products(131072)
+    at_scale = _flags(a @ b, truth)
+    assert at_scale == [True]  # the reference's own rounding is as large on its small values as on its large
     honest = _sequential_fp32(a, b)
     expected = Outputs("tensor", [truth.float()])
     err = (honest.double() - truth).abs()
     elementwise_misses = int((err > 1e-4 + 1e-4 * truth.abs()).sum())
-    assert elementwise_misses > 0  # the plain elementwise tolerance rejects it (so does the truth's own rounding)
-    result = compare(0, expected, Outputs("tensor", [honest]), None, None)
+    assert elementwise_misses > 0
+    assert not compare(0, expected, Outputs("tensor", [honest]), None, None).passed  # elementwise alone
+    result = compare(0, expected, Outputs("tensor", [honest]), None, None, at_scale)
     assert result.passed, result.message
     assert f"{elementwise_misses} values beyond atol" in result.message and "output's RMS" in result.message
     rms = float(truth.square().mean().sqrt())
@@ -130,15 +143,38 @@ def test_an_honest_sequential_fp32_sum_of_131072_products_is_correct_at_the_outp
 def test_operands_rounded_to_half_stay_incorrect_at_the_outputs_scale():
     a, b, truth = _long_products(131072)
     rounded = a.half().float() @ b.half().float()
-    result = compare(0, Outputs("tensor", [truth.float()]), Outputs("tensor", [rounded]), None, None)
+    result = compare(0, Outputs("tensor", [truth.float()]), Outputs("tensor", [rounded]), None, None, [True])
     assert not result.passed and result.mismatch_fraction > 0.1, result
+
+
+def test_elementwise_outputs_do_not_round_at_their_scale():
+    x = torch.randn(65536, generator=torch.Generator().manual_seed(2))
+    x64 = x.double()
+    assert _flags(torch.exp(x), torch.exp(x64)) == [False]
+    assert _flags(x * 300 + 1, x64 * 300 + 1) == [False]
+    assert _flags(torch.relu(x), torch.relu(x64)) == [False]  # exact: no error at all
+    m = torch.randn(64, 1024, generator=torch.Generator().manual_seed(3))
+    assert _flags(torch.softmax(m, 1), torch.softmax(m.double(), 1)) == [False]
+
+
+def test_zeroing_the_small_values_of_a_wide_elementwise_output_is_incorrect():
+    # exp(3x) spans e^-12 to e^12: its RMS (~1700 on this draw) would let every value below 0.34 be zero (a third
+    # of them). The reference rounds each value in proportion to it, so the elementwise tolerance holds there.
+    x = torch.randn(65536, generator=torch.Generator().manual_seed(4))
+    expected = torch.exp(3 * x)
+    at_scale = _flags(expected, torch.exp(3 * x.double()))
+    assert at_scale == [False]
+    zeroed = torch.where(expected < 0.25, torch.zeros_like(expected), expected)
+    assert not compare(0, Outputs("tensor", [expected]), Outputs("tensor", [zeroed]), None, None, at_scale).passed
+    # What the gate prevents: at the output's scale the zeros would pass.
+    assert compare(0, Outputs("tensor", [expected]), Outputs("tensor", [zeroed]), None, None, [True]).passed
 
 
 def test_an_elementwise_half_precision_result_of_a_large_output_stays_incorrect():
     x = torch.randn(4096, generator=torch.Generator().manual_seed(2)) * 300
     expected = torch.exp(x / 300) * 300
     half = (torch.exp((x / 300).half()) * 300).float()
-    result = compare(0, Outputs("tensor", [expected]), Outputs("tensor", [half]), None, None)
+    result = compare(0, Outputs("tensor", [expected]), Outputs("tensor", [half]), None, None, [True])
     assert not result.passed
 
 
@@ -147,8 +183,8 @@ def test_an_error_at_a_small_fraction_of_the_outputs_scale_is_still_incorrect():
     expected = truth.float()
     off = expected.clone()
     off[3, 5] += 0.01 * float(truth.square().mean().sqrt())  # 1% of the RMS on one value
-    result = compare(0, Outputs("tensor", [expected]), Outputs("tensor", [off]), None, None)
-    assert not result.passed and "1 of 64 values" in result.message
+    result = compare(0, Outputs("tensor", [expected]), Outputs("tensor", [off]), None, None, [True])
+    assert not result.passed and "1 of 1024 values" in result.message
 
 
 # -- inputs ----------------------------------------------------------------------------------------
