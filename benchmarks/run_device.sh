@@ -26,7 +26,8 @@
 # per model (default: the service's 3 s), to weigh the spread against how long each job holds its GPU alone;
 # KJ_PROBLEMS limits it to those library problems.
 # fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
-# stays warm, so a second call resumes), the table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long.
+# stays warm, so a second call resumes; KJ_FIDELITY_RESUME carries an earlier call's rows to a new machine), the
+# table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long.
 # soak: benchmarks/soak.py (rl rounds back to back against one server for KJ_SOAK_S, default 1200 s, on every
 # visible GPU), started detached (setsid) on the warm machine's disk under data/soak-out, then waited for up to
 # KJ_WAIT_S (default 540 s); soak-wait: wait for it again in the next call (call again within the machine's idle
@@ -169,7 +170,10 @@ for step in $steps; do
             ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} \
             --out "$out/repeat${KJ_REPEAT_BUDGET:+_budget$KJ_REPEAT_BUDGET}_$stamp.md" 2>&1 | tee "$out/repeat.log" ;;
     fidelity)
+        # KJ_FIDELITY_RESUME=PATH: the fidelity.jsonl an earlier call brought back (carried), for a machine that
+        # is no longer warm; its pairs are not evaluated again.
         mkdir -p data
+        [ -n "${KJ_FIDELITY_RESUME:-}" ] && cp "$KJ_FIDELITY_RESUME" data/fidelity.jsonl
         python3 -m benchmarks.fidelity --corpus "${KJ_CORPUS:-.carry/corpus}" --phases build,eval,report \
             --eval-budget-s ${KJ_EVAL_BUDGET:-0} --jsonl data/fidelity.jsonl --out "$out/fidelity_$stamp.md" 2>&1 \
             | tee "$out/fidelity.log"
