@@ -23,7 +23,13 @@ from pathlib import Path
 
 import torch
 
-from sandbox_side.judging.correctness import SCALE_TOLERANCE_FACTOR, Outputs, rounds_at_scale, tolerance_for
+from sandbox_side.judging.correctness import (
+    SCALE_TOLERANCE_FACTOR,
+    Outputs,
+    finite_rms,
+    rounds_at_scale,
+    tolerance_for,
+)
 
 
 def _use_prebuilt_extensions(ext_dir: Path | None) -> None:
@@ -68,16 +74,15 @@ def _rounds_at_scale(double: torch.nn.Module, inputs: list, expected: list[torch
     """Per output, whether the reference rounds at the output's scale on these inputs (none where it cannot
     run in float64)."""
     args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    previous = torch.get_default_dtype()
     try:
+        torch.set_default_dtype(torch.float64)  # tensors the reference makes inside forward, as the engine does
         truth = _flat(double(*args))
     except Exception:  # noqa: BLE001 - a reference that cannot run in float64 keeps the elementwise tolerance
         return []
+    finally:
+        torch.set_default_dtype(previous)
     return rounds_at_scale([Outputs("tuple", expected)], [Outputs("tuple", truth)])
-
-
-def _rms(values: torch.Tensor) -> float:
-    finite = values[torch.isfinite(values)].double()
-    return float(finite.square().mean().sqrt()) if finite.numel() else 0.0
 
 
 def check(reference: Path, candidate: Path, device: str, trials: int, seed: int) -> dict:
@@ -113,7 +118,7 @@ def check(reference: Path, candidate: Path, device: str, trials: int, seed: int)
                 finite = torch.isfinite(diff)
                 worst = max(worst, float(diff[finite].max()) if finite.any() else 0.0)
             if index < len(at_scale) and at_scale[index]:
-                atol = max(atol, SCALE_TOLERANCE_FACTOR * rtol * _rms(e))
+                atol = max(atol, SCALE_TOLERANCE_FACTOR * rtol * finite_rms(e))
             if not torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
                 return {"correct": False, "max_abs_error": worst,
                         "message": f"trial {trial}: not allclose (atol {atol:g}, rtol {rtol:g})"}

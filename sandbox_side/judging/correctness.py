@@ -102,7 +102,7 @@ def rounds_at_scale(refs: list[Outputs], truths: list[Outputs]) -> list[bool]:
             r, t = ref.tensors[index], truth.tensors[index]
             if not r.is_floating_point() or r.shape != t.shape or not r.numel():
                 continue
-            rms = _rms(t)
+            rms = finite_rms(t)
             for r_part, t_part in chunks(r, t):  # a second walk: the float64 copies stay one chunk large
                 ok = torch.isfinite(r_part) & torch.isfinite(t_part)
                 t64 = t_part[ok].double()
@@ -115,7 +115,7 @@ def rounds_at_scale(refs: list[Outputs], truths: list[Outputs]) -> list[bool]:
     return flags
 
 
-def _rms(values: torch.Tensor) -> float:
+def finite_rms(values: torch.Tensor) -> float:
     """The RMS of a tensor's finite values, walked in chunks."""
     squares, count = 0.0, 0
     for (part,) in chunks(values):
@@ -135,7 +135,7 @@ def compare(trial: int, ref: Outputs, cand: Outputs, atol: float | None, rtol: f
         )
     worst_abs = worst_rel = 0.0
     mismatched = total = 0
-    scale_note = ""
+    scale_notes: list[str] = []
     for index, (r, c) in enumerate(zip(ref.tensors, cand.tensors, strict=True)):
         label = f"output {index}" if ref.kind == "tuple" else "output"
         if r.shape != c.shape:
@@ -170,20 +170,20 @@ def compare(trial: int, ref: Outputs, cand: Outputs, atol: float | None, rtol: f
                                        "not (or the reverse)")
         if inf_differ:
             return TrialResult(trial=trial, passed=False, message=f"{label} has Inf values that differ")
-        rms = _rms(r) if beyond and floating and index < len(at_scale) and at_scale[index] else 0.0
+        rms = finite_rms(r) if beyond and floating and index < len(at_scale) and at_scale[index] else 0.0
         if SCALE_TOLERANCE_FACTOR * r_tol * rms > a_tol:
             # Only on a failure: walked again, with the absolute tolerance at the output's scale.
             still = _beyond(r, c, SCALE_TOLERANCE_FACTOR * r_tol * rms, r_tol)
             if beyond > still:
-                scale_note = (f"{label}: {beyond - still} values beyond atol {a_tol:g} + rtol {r_tol:g} x |expected| "
-                              f"are within {SCALE_TOLERANCE_FACTOR:g} x rtol of the output's RMS ({rms:.3g}) (the "
-                              "reference's own rounding is at that scale too: a reduction whose terms cancel)")
+                scale_notes.append(f"{label}: {beyond - still} values beyond atol {a_tol:g} + rtol {r_tol:g} x |expected| "
+                                   f"are within {SCALE_TOLERANCE_FACTOR:g} x rtol of the output's RMS ({rms:.3g}) (the "
+                                   "reference's own rounding is at that scale too: a reduction whose terms cancel)")
             beyond = still
         mismatched += beyond
         total += r.numel()
     fraction = mismatched / total if total else 0.0
     passed = mismatched == 0
-    message = (scale_note or None) if passed else (
+    message = ("; ".join(scale_notes) or None) if passed else (
         f"{mismatched} of {total} values differ beyond tolerance (max abs error {worst_abs:.3g}, "
         f"max rel error {worst_rel:.3g})"
     )
@@ -253,7 +253,7 @@ def precision_difference(ref: Outputs, cand: Outputs, truth: Outputs | None) -> 
             if not torch.equal(c, t.to(c.dtype)):
                 return None
             continue
-        scale = _rms(t)
+        scale = finite_rms(t)
         scales.append(scale)
         for c_part, t_part in chunks(c, t):
             t64, c64 = t_part.double(), c_part.double()
