@@ -20,6 +20,7 @@ from worker.engine.sandbox.spawn_server import (
     decode_request,
     encode,
 )
+from worker.engine.sandbox.spawner import kill_cgroups
 
 WAIT_FOR_INPUT = "import sys; sys.stdin.readline()"
 
@@ -86,3 +87,18 @@ def test_when_the_spawner_dies_its_sandboxes_end_and_the_next_start_gets_a_new_o
         again.receive(60)
     assert exited.value.returncode == 0
     assert spawner_module.spawner() is not first and spawner_module.spawner().alive
+
+
+def test_killing_a_sandboxs_cgroups_ends_its_whole_tree():
+    # What the spawner's loss relies on: bwrap's namespace init leaves bwrap's process group (--new-session), and
+    # one started as the spawner died could miss its parent-death signal (seen under load); its cgroups reach it.
+    process = sandbox([sys.executable, "-I", "-S", "-c", WAIT_FOR_INPUT], name="in-cgroups")
+    process.start()
+    files = [str(path) for path in process.identity.cgroup_procs_files()] if process.identity else []
+    if not files:
+        process.close(grace_s=0)
+        pytest.skip("this host gives sandboxes no cgroup (the service does not run as root)")
+    kill_cgroups(files)
+    with pytest.raises(SandboxExited):
+        process.receive(60)
+    process.close(grace_s=0)

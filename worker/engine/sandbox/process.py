@@ -34,7 +34,7 @@ from worker.engine.sandbox.identity import (
     freeze,
     thaw,
 )
-from worker.engine.sandbox.spawner import SpawnedChild, spawner
+from worker.engine.sandbox.spawner import SpawnedChild, kill_cgroups, spawner
 from worker.engine.sandbox.spec import ResourceLimits, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -339,11 +339,13 @@ class SandboxProcess:
         """Kill bubblewrap's whole process group; its PID namespace takes every descendant with it."""
         if self._proc is None:
             return
+        cgroups = [str(path) for path in self.identity.cgroup_procs_files()] if self.identity is not None else []
         if self._proc.poll() is None:
             try:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            kill_cgroups(cgroups)
             self._thaw()  # a frozen (v1) process takes its SIGKILL only once thawed
             try:
                 self._proc.wait(KILL_WAIT_S)
@@ -351,6 +353,7 @@ class SandboxProcess:
                 log.warning("sandbox %s (pid %d) was not reported dead %.0fs after SIGKILL", self.name,
                             self._proc.pid, KILL_WAIT_S)
         else:
+            kill_cgroups(cgroups)  # bwrap is gone; a namespace init that missed its parent-death signal is not
             self._thaw()  # what is left of its namespace dies once thawed
         if self._stdin is not None:
             try:

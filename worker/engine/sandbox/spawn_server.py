@@ -12,13 +12,16 @@ an empty environment, no module of the supervisor's, no secret. It talks to the 
 one SOCK_SEQPACKET socket (FD): a request per message, the child's pipe ends passed with it as
 SCM_RIGHTS; replies say `spawned` (pid) or `spawn_failed` (why), and `exited` (pid, exit code as
 subprocess reports it) once it reaps a child. When the supervisor goes away (end of file), it
-exits, and bubblewrap's --die-with-parent takes every sandbox with it.
+exits, and every sandbox dies with it: each child asks for SIGKILL on its parent's death just before it execs
+(bubblewrap's own --die-with-parent comes only once bwrap runs; a spawner killed in between left a sandbox
+running, seen once in the suite), and exits at once if the spawner is already gone.
 
 The message classes below are the typed contract; the supervisor's side is spawner.py.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import json
@@ -35,6 +38,8 @@ MAX_FDS = 16
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 # Received descriptors are moved at or above this number in the child before they are placed.
 _HIGH_FD = 512
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once here, not in each forked child
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ def decode_reply(data: bytes) -> Reply:
 
 # ---- the spawner process ------------------------------------------------------------------------
 
-def _child(request: SpawnRequest, fds: list[int], error_fd: int) -> None:
+def _child(request: SpawnRequest, fds: list[int], error_fd: int, spawner_pid: int) -> None:
     """In the forked child: set up, then exec. Raises on failure (the caller reports and exits)."""
     signal.set_wakeup_fd(-1)
     for number in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
@@ -135,6 +140,11 @@ def _child(request: SpawnRequest, fds: list[int], error_fd: int) -> None:
         os.setresgid(request.gid, request.gid, request.gid)
     if request.uid is not None:
         os.setresuid(request.uid, request.uid, request.uid)
+    # Last before exec: a change of uid or gid clears the parent-death signal (prctl(2)); exec keeps it.
+    if _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != spawner_pid:  # the spawner died before the signal was armed: nobody supervises this
+        os._exit(0)
     if "/" in request.argv[0]:
         os.execve(request.argv[0], request.argv, request.env)
     os.execvpe(request.argv[0], request.argv, request.env)
@@ -149,6 +159,7 @@ def spawn(request: SpawnRequest, fds: list[int]) -> int:
     if len(fds) != len(request.fd_targets):
         raise OSError(errno.EINVAL, f"{len(fds)} descriptors sent for {len(request.fd_targets)} targets")
     error_read, error_write = os.pipe2(os.O_CLOEXEC)
+    spawner_pid = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: one thread, so running Python here is safe
         try:
@@ -158,7 +169,7 @@ def spawn(request: SpawnRequest, fds: list[int]) -> int:
         except BaseException:  # noqa: BLE001
             os._exit(127)
         try:
-            _child(request, fds, report_fd)  # returns only by raising: on success it has exec'd
+            _child(request, fds, report_fd, spawner_pid)  # returns only by raising: on success it has exec'd
         except BaseException as exc:  # noqa: BLE001 - every failure is reported to the supervisor
             try:
                 os.write(report_fd, f"{type(exc).__name__}: {exc}".encode()[:4000])

@@ -38,8 +38,9 @@ class SpawnError(OSError):
 class SpawnedChild:
     """A child started by the spawner: the parts of `subprocess.Popen` the sandbox uses."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, cgroup_procs: list[str] | None = None):
         self.pid = pid
+        self.cgroup_procs = cgroup_procs or []  # the cgroups it joined: kill_cgroups reaches all it started
         self.returncode: int | None = None
         self._exited = threading.Event()
 
@@ -58,7 +59,8 @@ class SpawnedChild:
 
 
 class _PendingSpawn:
-    def __init__(self) -> None:
+    def __init__(self, cgroup_procs: list[str]) -> None:
+        self.cgroup_procs = cgroup_procs
         self.done = threading.Event()
         self.child: SpawnedChild | None = None
         self.error: str | None = None
@@ -95,7 +97,7 @@ class Spawner:
             if not self.alive:
                 raise SpawnError("the sandbox spawner is not running")
             request = SpawnRequest(request_id=next(self._ids), **request_fields)
-            pending = self._pending[request.request_id] = _PendingSpawn()
+            pending = self._pending[request.request_id] = _PendingSpawn(request.cgroup_procs)
         try:
             with self._send_lock:
                 socket.send_fds(self._socket, [spawn_server.encode(request)], fds)
@@ -132,7 +134,7 @@ class Spawner:
                 return
             pending = self._pending.pop(reply.request_id, None)
             if isinstance(reply, Spawned):
-                child = self._children[reply.pid] = SpawnedChild(reply.pid)
+                child = self._children[reply.pid] = SpawnedChild(reply.pid, pending.cgroup_procs if pending else None)
                 if pending is None:  # the asker gave up waiting: nobody will supervise it
                     _kill_group(reply.pid)
                     return
@@ -150,6 +152,9 @@ class Spawner:
             pending, self._pending = self._pending, {}
         for child in children.values():
             _kill_group(child.pid)  # a child that was not bwrap (debug backend) has no parent death signal
+            # bwrap's namespace init leaves that group (--new-session); started as the spawner died, it may
+            # have missed its parent-death signal (seen under load): its cgroups reach it.
+            kill_cgroups(child.cgroup_procs)
             child.exited(-signal.SIGKILL)
         for waiter in pending.values():
             waiter.error = "the sandbox spawner exited"
@@ -166,6 +171,29 @@ class Spawner:
             self.process.kill()
             self.process.wait()
         self._reader.join(10)
+
+
+def kill_cgroups(cgroup_procs: list[str]) -> None:
+    """SIGKILL every process of the cgroups whose `cgroup.procs` files these are (cgroup.kill where the kernel has
+    it, else each process listed, until none is left)."""
+    for procs in map(Path, cgroup_procs):
+        try:
+            (procs.parent / "cgroup.kill").write_text("1")
+            continue
+        except OSError:
+            pass  # cgroup v1, or a kernel before 5.14
+        for _ in range(10):  # a process forked while the list was read is in the next read
+            try:
+                pids = [int(pid) for pid in procs.read_text().split()]
+            except (OSError, ValueError):
+                break
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
 def _kill_group(pid: int) -> None:
