@@ -16,7 +16,6 @@ import triton
 import triton.language as tl
 
 from sandbox_side.runtime.kernel_trace import trace_forward
-from sandbox_side.timing.timer import L2_FLUSH_MIN_BYTES
 
 
 @triton.jit
@@ -127,9 +126,9 @@ class SecondSideStreamUnjoined(JoinedTwoSideStreams):
 
 
 class SideStreamWithoutWait(torch.nn.Module):
-    """Joined back at the end, but the side stream never waits for the current stream. It shows only when
-    the timed stream still has work queued when forward is called (as input copies are, in the harness):
-    `record` queues a device-side wait there first (PENDING), and the side stream's kernel runs before it."""
+    """Joined back at the end, but the side stream never waits for the current stream. It shows because
+    the trace holds the timed stream until forward has launched its work: the side kernel runs during
+    the hold, before the start marker."""
 
     def __init__(self):
         super().__init__()
@@ -143,9 +142,22 @@ class SideStreamWithoutWait(torch.nn.Module):
         return y
 
 
+class SmallSideStreamNeverWaitedNorJoined(torch.nn.Module):
+    """The red-team's c3_side_stream_python at its size: one kernel of a few microseconds on a fresh side
+    stream that neither waits for the current stream nor is joined back. Without the trace's hold it
+    started long after the start marker (the host launches slower under the profiler) and ended long
+    before the end marker: nothing showed."""
+
+    def forward(self, x):
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            return _silu(x)
+
+
 class StreamLeftSwitched(torch.nn.Module):
-    """Leaves another stream current; its kernel ran there (off the timed stream), finished before forward
-    returned (the stream is synchronised, so that it never shows as escaped)."""
+    """Leaves another stream current; its kernel ran there (off the timed stream) without waiting for the
+    timed stream (so it shows as unordered too), and finished before forward returned (the stream is
+    synchronised, so that it never shows as escaped)."""
 
     def forward(self, x):
         stream = torch.cuda.Stream()
@@ -164,10 +176,11 @@ CASES = {
     "joined_two_side_streams": (JoinedTwoSideStreams, lambda: [torch.randn(1 << 22, device="cuda")]),
     "second_side_stream_unjoined": (SecondSideStreamUnjoined, lambda: [torch.randn(1 << 24, device="cuda")]),
     "side_stream_without_wait": (SideStreamWithoutWait, lambda: [torch.randn(1 << 22, device="cuda")]),
+    "small_side_stream_without_wait": (SideStreamWithoutWait, lambda: [torch.randn(4096, device="cuda")]),
+    "small_side_stream_never_waited_nor_joined": (SmallSideStreamNeverWaitedNorJoined,
+                                                  lambda: [torch.randn(4096, device="cuda")]),
     "stream_left_switched": (StreamLeftSwitched, lambda: [torch.randn(1 << 22, device="cuda")]),
 }
-# Cases whose timed stream has work queued (a device-side wait) when the trace starts.
-PENDING = {"side_stream_without_wait"}
 # What each case must show (tests/engine/test_attribution.py checks it on a live GPU, and on the
 # recorded file for the cases it holds): the stream evidence KJ-R03 reads.
 EXPECTED_STREAMS = {
@@ -177,7 +190,9 @@ EXPECTED_STREAMS = {
     "unjoined_side_stream": {"off_stream": True, "escaped": True},
     "second_side_stream_unjoined": {"off_stream": True, "escaped": True},
     "side_stream_without_wait": {"off_stream": True, "unordered": True},
-    "stream_left_switched": {"off_stream": True, "switched": True},
+    "small_side_stream_without_wait": {"off_stream": True, "unordered": True},
+    "small_side_stream_never_waited_nor_joined": {"off_stream": True, "unordered": True},
+    "stream_left_switched": {"off_stream": True, "unordered": True, "switched": True},
 }
 
 
@@ -189,13 +204,7 @@ def record(name: str, device: torch.device) -> dict:
     with torch.no_grad():
         model(*call_args)  # compile and warm up outside the trace
     torch.cuda.set_stream(torch.cuda.default_stream(device))  # a case may leave another stream current
-    if name in PENDING:
-        # The trace's flush buffer comes from the allocator's cache, not from a cudaMalloc, which may wait for
-        # the device and so for the queued work.
-        torch.empty(L2_FLUSH_MIN_BYTES, dtype=torch.uint8, device=device)  # freed at once, kept in the cache
     torch.cuda.synchronize()
-    if name in PENDING:
-        torch.cuda._sleep(SPIN_CYCLES)
     traced = trace_forward(model, call_args, device)
     torch.cuda.set_stream(torch.cuda.default_stream(device))
     return traced

@@ -297,6 +297,11 @@ class CoverageReport(BaseModel):
         "finished: they did not wait for the current stream."))
     current_stream_switched: bool = Field(default=False, description=(
         "forward returned with another stream made current than the one it was called on."))
+    stream_hold_covered_forward: bool | None = Field(default=None, description=(
+        "GPU: whether the timed stream was still held ahead of the start marker when forward returned, so that "
+        "every side-stream kernel that did not wait for the timed stream shows in unordered_kernels. False: "
+        "forward had not returned when the hold ended, even on a retry with a longer hold (a slow host path, or a "
+        "synchronisation inside forward, which orders the work after it anyway)."))
     method: str = Field(description="cupti_kernel_trace (GPU) or interpreter_and_aten_trace (CPU).")
 
 

@@ -29,7 +29,7 @@ WATCHED = [
     (torch, "allclose"), (torch, "equal"), (torch, "isclose"), (torch, "save"), (torch, "load"),
     (torch.Tensor, "__eq__"), (torch.Tensor, "clone"), (torch.Tensor, "cpu"), (torch.Tensor, "detach"),
     (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
-    (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
+    (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"), (torch.cuda.Event, "query"),
     (torch._C, "_cuda_synchronize"), (builtins, "print"), (builtins, "open"),
     (builtins, "isinstance"), (builtins, "type"),
 ]

@@ -29,6 +29,8 @@ _record_function = record_function
 _perf_counter_ns = time.perf_counter_ns
 _current_stream = torch.cuda.current_stream
 _set_stream = torch.cuda.set_stream
+_device_sleep = torch.cuda._sleep
+_Event = torch.cuda.Event
 _count_nonzero = numpy.count_nonzero
 
 # Labels carry a nonce drawn at import, so user code cannot open a range that passes for ours.
@@ -37,6 +39,15 @@ FORWARD_LABEL = f"kj_forward_{_NONCE}"
 # On CPU each launch of a candidate's kernel (Triton or Numba) runs inside a range named this + its name.
 LAUNCH_PREFIX = f"kj_launch_{_NONCE}::"
 MAX_EVENTS = 20000
+# The hold on the timed stream ahead of the traced call (trace_forward): long enough that the host has
+# launched all of forward's work before it ends. The first try holds HOLD_FIRST_MS; when forward had not
+# returned by its end, one more try holds twice the host's time from the hold's launch to forward's return
+# (under the profiler) plus a margin, up to HOLD_MAX_MS. Cycles assume a 2 GHz SM clock: a slower clock
+# only holds longer.
+HOLD_FIRST_MS = 20.0
+HOLD_MARGIN_MS = 5.0
+HOLD_MAX_MS = 1000.0
+HOLD_CYCLES_PER_MS = 2_000_000
 # On CPU, during the traced call only: the bytes the Triton interpreter's loads read (the elements each
 # load's mask lets through) and the host time of Triton launches. The interpreter's time says nothing
 # about memory (its cost per element varies 3x with how a kernel indexes); its loads are counted
@@ -114,7 +125,7 @@ def warm_profiler(device: torch.device) -> None:
 
 
 def trace_forward(model, args: list, device: torch.device) -> dict:
-    """Run `model(*args)` once under the profiler and return its raw events.
+    """Run `model(*args)` under the profiler and return its raw events.
 
     On GPU the call is framed the way the timer frames it: a buffer the size of the timer's L2
     flush is zeroed on the current (timed) stream, then a one-element marker kernel runs there
@@ -123,35 +134,88 @@ def trace_forward(model, args: list, device: torch.device) -> dict:
     not wait for the timed stream (it overlaps the flush, before the timer's start event), and
     work still running when the second one starts was not joined back when forward returned.
     The second marker goes on the timed stream even if forward left another stream current
-    (`current_stream_switched`, evidence too)."""
-    cuda = device.type == "cuda"
-    marker = torch.zeros(1, device=device) if cuda else None
-    flush = torch.empty(L2_FLUSH_MIN_BYTES, dtype=torch.uint8, device=device) if cuda else None
-    timed = _current_stream(device) if cuda else None
-    switched = False
+    (`current_stream_switched`, evidence too).
+
+    Between the flush and the first marker the timed stream is held on the device (a spin) until
+    the host has launched all of forward's work. Under the profiler the host is slower than the
+    GPU: without the hold, a short kernel launched on an unwaited side stream starts after the
+    first marker has long ended and reads as ordered, although under the timer it overlaps the
+    flush. With it, such a kernel starts during the hold, before the first marker. If the host
+    was still on its way through forward when the hold ended (a slow host path, a kernel module
+    loaded on first launch, which waits for the device, or a synchronisation inside forward), the
+    call is traced once more with a hold sized from that path's host time."""
+    if device.type != "cuda":
+        return _trace_once(model, args, device, hold_ms=0.0)[0]
+    frame = _Frame(device)
+    frame.warm()
+    hold_ms = HOLD_FIRST_MS
+    events, covered, host_ms = _trace_once(model, args, device, hold_ms, frame)
+    retry_ms = min(HOLD_MAX_MS, 2 * host_ms + HOLD_MARGIN_MS)
+    if not covered and retry_ms > hold_ms:
+        events, covered, _ = _trace_once(model, args, device, retry_ms, frame)
+    return events
+
+
+class _Frame:
+    """The harness's work on the timed stream around the traced call: the flush, the hold and the markers."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.timed = _current_stream(device)
+        self.marker = torch.zeros(1, device=device)
+        self.flush = torch.empty(L2_FLUSH_MIN_BYTES, dtype=torch.uint8, device=device)
+        self.hold_done = _Event()
+
+    def warm(self) -> None:
+        """Launch each kernel of the frame once, outside the trace: a kernel's first launch loads its module,
+        which waits for the device, and the host would wait out the hold there instead of launching forward."""
+        self.open(hold_ms=0.0)
+        self.close()
+        torch.cuda.synchronize(self.device)
+
+    def open(self, hold_ms: float) -> None:
+        self.flush.zero_()
+        _device_sleep(int(hold_ms * HOLD_CYCLES_PER_MS))
+        self.hold_done.record(self.timed)
+        self.marker.add_(1)
+
+    def holding(self) -> bool:
+        return not self.hold_done.query()
+
+    def close(self) -> bool:
+        """The end marker, on the timed stream; whether forward left another stream current."""
+        switched = _current_stream(self.device) != self.timed
+        if switched:
+            _set_stream(self.timed)
+        self.marker.add_(1)
+        return switched
+
+
+def _trace_once(model, args: list, device: torch.device, hold_ms: float,
+                frame: _Frame | None = None) -> tuple[dict, bool, float]:
+    """One traced call; with it (GPU) whether the hold still ran when forward returned, and the host's time
+    from the hold's launch to forward's return in ms."""
+    switched = covered = False
     with torch.no_grad(), _quiet_profiler(device) as prof:
-        if cuda:
-            assert flush is not None and marker is not None and timed is not None
-            flush.zero_()
-            marker.add_(1)
-        _INTERPRETER.update(counting=not cuda, loaded_bytes=0, launch_ns=0)
+        started = _perf_counter_ns()
+        if frame is not None:
+            frame.open(hold_ms)
+        _INTERPRETER.update(counting=frame is None, loaded_bytes=0, launch_ns=0)
         with _record_function(FORWARD_LABEL):
             try:
                 model(*args)
             finally:
                 _INTERPRETER["counting"] = False
-        if cuda:
-            assert marker is not None and timed is not None
-            switched = _current_stream(device) != timed
-            if switched:
-                _set_stream(timed)
-            marker.add_(1)
+        host_ms = (_perf_counter_ns() - started) / 1e6
+        if frame is not None:
+            covered = frame.holding()
+            switched = frame.close()
             torch.cuda.synchronize(device)
     events = _raw_events(prof)
     events["current_stream_switched"] = switched
-    if not cuda:
+    if frame is None:
         events["interpreter"] = {"loaded_bytes": _INTERPRETER["loaded_bytes"], "launch_ns": _INTERPRETER["launch_ns"]}
-    return events
+    return events, covered, host_ms
 
 
 def _raw_events(prof) -> dict:

@@ -16,6 +16,8 @@ from worker.engine.verdict.attribution import attribute, kernel_base_name
 from worker.engine.verdict.verification import STREAM_RULE, Observations, runtime_rules
 
 TRACES = json.loads((Path(__file__).parent / "data" / "kernel_traces_h100.json").read_text())["cases"]
+# The same recorder with the trace's hold on the timed stream (kernel_trace.trace_forward), on an H100.
+HELD_TRACES = json.loads((Path(__file__).parent / "data" / "kernel_traces_h100_hold.json").read_text())["cases"]
 OWN = frozenset({"silu_kernel"})
 
 
@@ -81,6 +83,10 @@ def _stream_evidence(raw: dict) -> dict:
     return {key: True for key, value in found.items() if value}
 
 
+def _hold_covered(raw: dict) -> bool | None:
+    return attribute(raw, OWN, "cuda").report.stream_hold_covered_forward
+
+
 @pytest.mark.parametrize("case", sorted(set(TRACES) & set(EXPECTED_STREAMS)))
 def test_recorded_stream_evidence(case):
     assert _stream_evidence(TRACES[case]) == EXPECTED_STREAMS[case]
@@ -95,7 +101,10 @@ def test_stream_evidence_recorded_live(case):
 
     from benchmarks.record_kernel_traces import record
 
-    assert _stream_evidence(record(case, torch.device("cuda", 0))) == EXPECTED_STREAMS[case]
+    raw = record(case, torch.device("cuda", 0))
+    assert _stream_evidence(raw) == EXPECTED_STREAMS[case]
+    # The trace held the timed stream until forward had launched everything (none of these synchronises).
+    assert _hold_covered(raw) is True
 
 
 def _framed_call(side_start: int, side_end: int) -> dict:
@@ -125,6 +134,70 @@ def test_side_stream_work_must_start_after_the_timed_streams_earlier_work():
     assert late.escaped_kernels == ["side_kernel"] and late.unordered_kernels == []
     switched = attribute({**_framed_call(40, 190), "current_stream_switched": True}, own, "cuda").report
     assert switched.current_stream_switched
+
+
+def _held_call(hold_end: int) -> dict:
+    """A trace shaped like trace_forward's: the flush, then the hold (a spin on the timed stream 7 that
+    links to no frontend event) until `hold_end`, the start marker, the forward range (launches from 30
+    to 100, one of a 2-unit kernel on side stream 9 that waited for nothing) and the end marker."""
+    marker_start = hold_end + 2
+    return {
+        "forward_label": "F", "launch_prefix": "L::",
+        "cpu": [{"name": "aten::zero_", "corr": 1, "span": [0, 3], "tid": 1},
+                {"name": "aten::add_", "corr": 2, "span": [6, 9], "tid": 1},
+                {"name": "F", "corr": 3, "span": [30, 100], "tid": 1},
+                {"name": "aten::add_", "corr": 4, "span": [110, 115], "tid": 1}],
+        "kernels": [{"name": "zero_kernel", "kind": "kernel", "stream": 7, "span": [4, 12], "linked": 1},
+                    {"name": "spin_kernel", "kind": "kernel", "stream": 7, "span": [12, hold_end], "linked": 0},
+                    {"name": "marker", "kind": "kernel", "stream": 7, "span": [marker_start, marker_start + 2],
+                     "linked": 2},
+                    {"name": "side_kernel", "kind": "kernel", "stream": 9, "span": [45, 47], "linked": 0},
+                    {"name": "own_kernel", "kind": "kernel", "stream": 7, "span": [marker_start + 3, marker_start + 9],
+                     "linked": 0},
+                    {"name": "marker", "kind": "kernel", "stream": 7, "span": [marker_start + 10, marker_start + 12],
+                     "linked": 4}],
+    }
+
+
+def test_the_traces_hold_is_not_forward_work_and_a_short_unwaited_side_kernel_runs_inside_it():
+    """c3_side_stream_python on an H100: a few-microsecond kernel on a side stream that waited for nothing
+    started long after the start marker, because the host launches slower than the GPU runs. The trace
+    now holds the timed stream until forward has returned, so such a kernel starts before the marker."""
+    own = frozenset({"side_kernel", "own_kernel"})
+    attribution = attribute(_held_call(hold_end=120), own, "cuda")
+    report = attribution.report
+    assert report.unordered_kernels == ["side_kernel"] and report.escaped_kernels == []
+    assert report.stream_hold_covered_forward is True
+    # The spin is the harness's: neither side's work, and not in the forward's GPU time.
+    assert sorted(k.name for k in report.own_kernels) == ["own_kernel", "side_kernel"]
+    assert report.library_ms == 0.0 and report.plumbing_ms == 0.0
+    assert attribution.forward_gpu_ms * 1e6 == 2 + 6
+    observations = Observations(device="cuda", attribution=attribution)
+    hit = next(h for h in runtime_rules(observations, PolicyConfig()) if h.rule == STREAM_RULE)
+    assert hit.severity == "reject"
+
+
+def test_on_a_real_trace_a_short_unwaited_side_kernel_runs_inside_the_hold():
+    """CUPTI's record of the hold (an H100): the spin links to no frontend event and is left out of the
+    forward's work; a 4096-element kernel on a side stream that never waited starts inside it."""
+    small = attribute(HELD_TRACES["small_side_stream_never_waited_nor_joined"], OWN, "cuda")
+    assert small.report.unordered_kernels == ["silu_kernel"] and small.report.escaped_kernels == []
+    assert small.report.stream_hold_covered_forward is True
+    assert [k.name for k in small.report.own_kernels] == ["silu_kernel"] and not small.report.library_kernels
+    assert small.forward_gpu_ms < 0.1  # the 20 ms spin is not the forward's
+    unjoined = attribute(HELD_TRACES["unjoined_side_stream"], OWN, "cuda").report
+    assert unjoined.escaped_kernels == ["silu_kernel"] and unjoined.unordered_kernels == []
+    # A waited side stream stays ordered even when the hold did not cover forward: here the start marker's
+    # first launch loaded its module and waited the hold out (the frame is warmed up now), and that is told.
+    joined = attribute(HELD_TRACES["joined_side_stream"], OWN, "cuda").report
+    assert joined.unordered_kernels == [] and joined.escaped_kernels == []
+    assert joined.stream_hold_covered_forward is False
+
+
+def test_a_hold_that_ended_before_forward_returned_is_reported():
+    # Forward was still launching (until 100) when the timed stream moved on to the start marker (92).
+    report = attribute(_held_call(hold_end=90), frozenset({"own_kernel"}), "cuda").report
+    assert report.stream_hold_covered_forward is False
 
 
 def test_without_a_matching_name_nothing_is_own_and_defined_kernels_are_listed_as_not_launched():

@@ -187,7 +187,8 @@ def attribute(raw: dict, own_names: frozenset[str], device: str) -> Attribution 
         off_stream_kernels=sorted(set(streams.off_stream))[:MAX_NAMES],
         escaped_kernels=sorted(set(streams.escaped))[:MAX_NAMES],
         unordered_kernels=sorted(set(streams.unordered))[:MAX_NAMES],
-        current_stream_switched=bool(raw.get("current_stream_switched")), method=method,
+        current_stream_switched=bool(raw.get("current_stream_switched")),
+        stream_hold_covered_forward=streams.hold_covered_forward, method=method,
     )
     busy_ns = _busy_ns([r.span for r in records if r.span])
     counted = raw.get("interpreter") if device != "cuda" else None
@@ -206,6 +207,9 @@ class _Streams:
     off_stream: list[str] = field(default_factory=list)
     escaped: list[str] = field(default_factory=list)  # still running when the end marker started
     unordered: list[str] = field(default_factory=list)  # started before the start marker ended
+    # Whether the timed stream was still held (the start marker not yet started) when forward returned:
+    # then every side-stream launch of forward that did not wait for the timed stream shows as unordered.
+    hold_covered_forward: bool | None = None
 
 
 def _gpu_records(raw: dict, cpu: list[dict], forward: list[int] | None, ops: _TopLevelOps,
@@ -230,12 +234,18 @@ def _gpu_records(raw: dict, cpu: list[dict], forward: list[int] | None, ops: _To
     before = [k for t, k in markers if forward is not None and t < forward[0]]
     after = [k for t, k in markers if forward is not None and t > forward[1]]
     timed_stream = before[-1]["stream"] if before else None
+    start_marker_start = before[-1]["span"][0] if before else None
     start_marker_end = before[-1]["span"][1] if before else None
     end_marker_start = after[0]["span"][0] if after else None
     records: list[_Record] = []
-    streams = _Streams()
+    streams = _Streams(hold_covered_forward=None if start_marker_start is None or forward is None
+                       else start_marker_start >= forward[1])
     for kernel, launch in inside:
         name, span = kernel["name"], (kernel["span"][0], kernel["span"][1])
+        if kernel["stream"] == timed_stream and start_marker_start is not None and span[1] <= start_marker_start:
+            # The harness's hold ahead of the start marker (it links to no frontend event): all that
+            # forward queues on the timed stream runs after the marker.
+            continue
         duration = max(span[1] - span[0], 0)
         if kernel["kind"] == "memory":
             records.append(_Record(name, "plumbing", duration, None, kernel["stream"], span))
