@@ -25,12 +25,13 @@ class OutcomeRow(BaseModel):
     as_expected: bool | None
     seconds: float
     note: str = ""
+    streams: str = ""  # the kernel trace's stream evidence (runner.stream_evidence)
 
 
 def append(path: Path, outcome: CaseOutcome, device: str, mode: str) -> None:
     row = OutcomeRow(case=outcome.case.id, device=device, mode=mode, got=outcome.got, rules=outcome.rules,
                      outcome=outcome.outcome, as_expected=outcome.as_expected, seconds=round(outcome.seconds, 2),
-                     note=outcome.note)
+                     note=outcome.note, streams=outcome.streams)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as out:
         out.write(row.model_dump_json() + "\n")
@@ -48,5 +49,5 @@ def finished(path: Path, cases: list[RedteamCase], device: str, mode: str) -> di
         row = OutcomeRow.model_validate_json(line)
         if row.device == device and row.mode == mode and row.case in by_id:
             found[row.case] = CaseOutcome(by_id[row.case], row.got, row.rules, row.outcome, row.as_expected,
-                                          row.seconds, row.note)
+                                          row.seconds, row.note, row.streams)
     return found

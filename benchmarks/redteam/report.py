@@ -47,5 +47,8 @@ def markdown(outcomes: list[CaseOutcome], summary: Summary, title: str, command:
     notes = [(o.case.id, o.note) for o in outcomes if o.note]
     if notes:
         out += ["", "## Notes", ""] + [f"- `{cid}`: {note}" for cid, note in notes]
+    streams = [(o.case.id, o.streams) for o in outcomes if o.streams]
+    if streams:  # what the kernel trace saw, which KJ-R03 reads
+        out += ["", "## Stream evidence", ""] + [f"- `{cid}`: {evidence}" for cid, evidence in streams]
     out += ["", "## Cases", ""] + [f"- `{o.case.id}` ({o.case.threat}): {o.case.description}" for o in outcomes]
     return "\n".join(out) + "\n"

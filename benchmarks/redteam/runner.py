@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from contract.requests import EvalOptions, EvalRequest, PolicyConfig, StageLimits
-from contract.results import RuleHit
+from contract.results import CoverageReport, EvalResult, RuleHit
 from contract.statuses import Device, EvalStatus
 from worker.engine.policy import check_candidate
 
@@ -31,6 +31,22 @@ class CaseOutcome:
     as_expected: bool | None = None
     seconds: float = 0.0
     note: str = ""
+    streams: str = ""  # what the kernel trace saw of streams (GPU): stream_evidence
+
+
+def stream_evidence(coverage: CoverageReport | None) -> str:
+    """The kernel trace's stream evidence, which KJ-R03 reads, in one line: empty when no kernel left the
+    timed stream and the hold covered forward (or there was no trace)."""
+    if coverage is None:
+        return ""
+    parts = [f"{label}={','.join(names)}" for label, names in (
+        ("off_stream", coverage.off_stream_kernels), ("unordered", coverage.unordered_kernels),
+        ("escaped", coverage.escaped_kernels)) if names]
+    if coverage.current_stream_switched:
+        parts.append("switched")
+    if coverage.stream_hold_covered_forward is False:
+        parts.append("hold_ended_before_forward_returned")
+    return " ".join(parts)[:300]
 
 
 def short(rule_id: str) -> str:
@@ -92,7 +108,7 @@ def run_engine(
     case: RedteamCase,
     disabled: Iterable[str],
     device: Device,
-    evaluate: Callable[[EvalRequest], object],
+    evaluate: Callable[[EvalRequest], EvalResult],
     run_limit_s: float,
 ) -> CaseOutcome:
     if case.needs_gpu and device != Device.cuda:
@@ -108,7 +124,8 @@ def run_engine(
     seconds = time.perf_counter() - started
     hits: list[RuleHit] = list(result.rules)
     got = _engine_got(result, hits)
-    outcome = CaseOutcome(case, got, [short(h.rule) for h in hits], seconds=seconds)
+    outcome = CaseOutcome(case, got, [short(h.rule) for h in hits], seconds=seconds,
+                          streams=stream_evidence(result.coverage))
     outcome.outcome = classify(case, got, static_only=False)
     outcome.as_expected = matches(case.expected, got, hits)
     if result.error is not None:

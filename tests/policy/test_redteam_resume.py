@@ -38,3 +38,23 @@ def test_rows_of_another_device_or_mode_are_not_taken_as_finished(tmp_path):
     main(["--only", "static", "--cases", "c1_cuda_graph*", "--jsonl", str(jsonl), "--resume"])
     rows = _rows(jsonl)
     assert len(rows) == 2 and rows[1].device == "cpu" and rows[1].got.startswith("rejected:")
+
+
+def test_the_kernel_traces_stream_evidence_is_kept_with_the_outcome_and_in_the_table(tmp_path):
+    """c3_side_stream_python was accepted on an H100 and the rows did not say what the trace saw; they do now."""
+    from benchmarks.redteam.runner import stream_evidence
+    from contract.results import CoverageReport
+
+    coverage = CoverageReport(share=1.0, own_ms=0.1, library_ms=0.0, plumbing_ms=0.0, method="cupti_kernel_trace",
+                              off_stream_kernels=["add_kernel"], unordered_kernels=["add_kernel"],
+                              stream_hold_covered_forward=False)
+    evidence = stream_evidence(coverage)
+    assert evidence == "off_stream=add_kernel unordered=add_kernel hold_ended_before_forward_returned"
+    assert stream_evidence(coverage.model_copy(update={"off_stream_kernels": [], "unordered_kernels": [],
+                                                       "stream_hold_covered_forward": True})) == ""
+    jsonl, table = tmp_path / "redteam.jsonl", tmp_path / "redteam.md"
+    row = OutcomeRow(case="c1_cuda_graph_outsourcing", device="cpu", mode="static", got="accepted", rules=[],
+                     outcome="MISSED", as_expected=False, seconds=1.0, streams=evidence)
+    jsonl.write_text(row.model_dump_json() + "\n")
+    main(["--only", "static", "--cases", "c1_cuda_graph*", "--jsonl", str(jsonl), "--resume", "--markdown", str(table)])
+    assert f"- `c1_cuda_graph_outsourcing`: {evidence}" in table.read_text()

@@ -31,7 +31,7 @@ def test_engine_run_uses_the_case_profile_and_disabled_rules():
     def evaluate(request: EvalRequest):
         requests.append(request)
         return SimpleNamespace(status=EvalStatus.rejected, rules=[rejection("KJ-R11-library-compute")],
-                               flagged=False, error=None)
+                               flagged=False, error=None, coverage=None)
 
     full = CASES["c1_trivial_kernel_heavy_torch"]
     outcome = run_engine(full, ["KJ302"], Device.cpu, evaluate, 60.0)
@@ -50,7 +50,7 @@ def test_a_rejected_honest_case_carries_the_rules_evidence():
                   evidence="reported 0.0200 ms per call")
 
     def evaluate(request: EvalRequest):
-        return SimpleNamespace(status=EvalStatus.rejected, rules=[hit], flagged=False, error=None)
+        return SimpleNamespace(status=EvalStatus.rejected, rules=[hit], flagged=False, error=None, coverage=None)
 
     honest = next(case for case in CASES.values() if case.honest)
     outcome = run_engine(honest, [], Device.cpu, evaluate, 60.0)
