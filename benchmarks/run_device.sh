@@ -27,7 +27,7 @@
 # KJ_PROBLEMS limits it to those library problems.
 # fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
 # stays warm, so a second call resumes; KJ_FIDELITY_RESUME carries an earlier call's rows to a new machine), the
-# table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long.
+# table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long; KJ_EVAL_JOBS pairs at once (default 6).
 # soak: benchmarks/soak.py (rl rounds back to back against one server for KJ_SOAK_S, default 1200 s, on every
 # visible GPU), started detached (setsid) on the warm machine's disk under data/soak-out, then waited for up to
 # KJ_WAIT_S (default 540 s); soak-wait: wait for it again in the next call (call again within the machine's idle
@@ -175,7 +175,7 @@ for step in $steps; do
         mkdir -p data
         [ -n "${KJ_FIDELITY_RESUME:-}" ] && cp "$KJ_FIDELITY_RESUME" data/fidelity.jsonl
         python3 -m benchmarks.fidelity --corpus "${KJ_CORPUS:-.carry/corpus}" --phases build,eval,report \
-            --eval-budget-s ${KJ_EVAL_BUDGET:-0} --jsonl data/fidelity.jsonl --out "$out/fidelity_$stamp.md" 2>&1 \
+            --eval-budget-s ${KJ_EVAL_BUDGET:-0} --eval-jobs ${KJ_EVAL_JOBS:-6} --jsonl data/fidelity.jsonl --out "$out/fidelity_$stamp.md" 2>&1 \
             | tee "$out/fidelity.log"
         cp data/fidelity.jsonl "$out/" ;;
     soak)

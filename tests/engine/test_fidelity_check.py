@@ -51,3 +51,24 @@ def test_an_honest_long_sum_is_correct_and_half_operands_are_not(tmp_path):
     assert honest["correct"], honest
     half = check(reference, tmp_path / "half.py", "cpu", trials=2, seed=5)
     assert not half["correct"] and "not allclose" in half["message"], half
+
+
+def test_the_fidelity_benchmark_leaves_out_the_compile_baseline_unless_asked(tmp_path, monkeypatch):
+    """The engine alone waits for torch.compile's baseline (30-110 s of a pair on an H100), and no verdict the
+    benchmark compares depends on it."""
+    import sys
+
+    from benchmarks import fidelity
+
+    reference, candidate = tmp_path / "ref.py", tmp_path / "cand.py"
+    reference.write_text(REFERENCE)
+    candidate.write_text(SEQUENTIAL)
+    pair = fidelity.Pair("S000", "test", reference, candidate)
+
+    def options(*flags: str):
+        monkeypatch.setattr(sys, "argv", ["fidelity", "--jsonl", str(tmp_path / "f.jsonl"), *flags])
+        parsed = fidelity.parse_args()
+        return fidelity._request(pair, parsed).options
+
+    assert options().wants_compile_baseline() is False
+    assert options("--compile-baseline").wants_compile_baseline() is True
