@@ -3,7 +3,7 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: fresh prebuild eval elementwise baselines redteam redteam-load throughput tests security repeat fidelity soak
+# STEPS: fresh prebuild eval elementwise baselines redteam streams redteam-load throughput tests security repeat fidelity soak
 # soak-wait bundle (a name that is none of these only installs)
 # (default: eval redteam tests).
 # fresh: kill servers and spawners a cut call left on a warm machine, and empty the throughput data dir (do it
@@ -12,6 +12,7 @@
 # The servers' logs (with thread stacks on a stall: benchmarks/throughput.py sends SIGUSR1) go to
 # OUTDIR/server.log.
 # baselines: eager and torch.compile baselines of the whole problem library (benchmarks/baselines.py).
+# streams: the live kernel-trace stream tests and the red-team's stream cases (KJ-R03), with their evidence.
 # KJ_PROBLEMS="softmax reduction" limits the eval step to those problems; KJ_REPEATS, KJ_TRIALS and
 # KJ_TIMING_BUDGET set its repeats, trials and timing budget.
 # throughput: benchmarks/throughput.py, workloads KJ_WORKLOAD (rl, rl-again, distinct, triton-warm, space-separated;
@@ -112,6 +113,18 @@ for step in $steps; do
         [ -n "${KJ_REDTEAM_RESUME:-}" ] && cp "$KJ_REDTEAM_RESUME" "$out/redteam.jsonl"
         python3 -m benchmarks.redteam --device cuda --gpu-only --jsonl "$out/redteam.jsonl" --resume \
             --markdown "$out/redteam_gpu_$stamp.md" 2>&1 | tee "$out/redteam.log" ;;
+    streams)
+        # KJ-R03's evidence on this GPU, in a minute or two: the live stream traces (a failed case prints its
+        # timeline), then the red-team's stream cases, each row with the trace's stream evidence (`streams`).
+        python3 -m pytest -v -rA -m gpu -p no:cacheprovider tests/engine/test_attribution.py 2>&1 \
+            | tee "$out/pytest_streams.log"
+        set -f
+        for cases in 'c3_side_stream*' 'c3_two_streams*' 'c3_stream_left*' 'honest_*multistream*' \
+            'honest_triton_two_streams'; do
+            python3 -m benchmarks.redteam --device cuda --cases "$cases" --jsonl "$out/redteam_streams.jsonl" \
+                --markdown "$out/redteam_streams_${cases//[*]/}_$stamp.md" 2>&1 | tee -a "$out/redteam_streams.log"
+        done
+        set +f ;;
     redteam-load)
         # The red-team's cases KJ_REDTEAM_CASES (globs, default the honest ones) KJ_ROUNDS times (default 2) while
         # the corpus's CUDA candidates build in the background on the build cores (12 threads, a cache of their

@@ -83,6 +83,16 @@ def _stream_evidence(raw: dict) -> dict:
     return {key: True for key, value in found.items() if value}
 
 
+def _timeline(raw: dict) -> str:
+    """The trace's CPU ranges and device activities in microseconds from its first event: what a failed
+    live case saw (a GPU run is scarce; its failure should explain itself)."""
+    events = [(e["span"], "cpu", e["name"][:40], e["corr"]) for e in raw["cpu"] if not e["name"].startswith("aten::empty")]
+    events += [(k["span"], f"stream {k['stream']}", k["name"][:40], k["linked"]) for k in raw["kernels"]]
+    origin = min(span[0] for span, *_ in events)
+    return "\n".join(f"{(span[0] - origin) / 1e3:10.1f} {(span[1] - origin) / 1e3:10.1f}  {where:10} {name} ({link})"
+                     for span, where, name, link in sorted(events, key=lambda event: event[0][0]))
+
+
 def _hold_covered(raw: dict) -> bool | None:
     return attribute(raw, OWN, "cuda").report.stream_hold_covered_forward
 
@@ -102,7 +112,7 @@ def test_stream_evidence_recorded_live(case):
     from benchmarks.record_kernel_traces import record
 
     raw = record(case, torch.device("cuda", 0))
-    assert _stream_evidence(raw) == EXPECTED_STREAMS[case]
+    assert _stream_evidence(raw) == EXPECTED_STREAMS[case], _timeline(raw)
     # The trace held the timed stream until forward had launched everything (none of these synchronises).
     assert _hold_covered(raw) is True
 
