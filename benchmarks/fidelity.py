@@ -56,7 +56,7 @@ def load_pairs(corpus: Path, ids: list[str] | None, limit: int | None) -> list[P
 
 def _request(pair: Pair, args) -> EvalRequest:
     # The torch.compile baseline changes no verdict (the reward's speedup is against eager by default), and the
-    # engine alone waits for it: 30-110 s of a pair's 45-150 s on an H100. Off unless asked for.
+    # engine alone waits for it: 30-110 s of a pair's 26-154 s on an H100. Off unless asked for.
     options = EvalOptions(device=Device(args.device), trials=args.trials, timing=True,
                           timing_budget_s=args.timing_budget, timing_max_runs=args.timing_max_runs,
                           compile_baseline=args.compile_baseline)
