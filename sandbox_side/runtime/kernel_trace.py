@@ -29,8 +29,12 @@ _record_function = record_function
 _perf_counter_ns = time.perf_counter_ns
 _current_stream = torch.cuda.current_stream
 _set_stream = torch.cuda.set_stream
-_device_sleep = torch.cuda._sleep
+# The frame's operations, bound before user code loads: a candidate that rebinds them (a no-op marker, a
+# hold that does not spin) changes nothing here. torch.cuda._sleep looks torch._C._cuda_sleep up per call.
+_device_sleep = getattr(torch._C, "_cuda_sleep", torch.cuda._sleep)
 _Event = torch.cuda.Event
+_tensor_add_ = torch.Tensor.add_
+_tensor_zero_ = torch.Tensor.zero_
 _count_nonzero = numpy.count_nonzero
 
 # Labels carry a nonce drawn at import, so user code cannot open a range that passes for ours.
@@ -174,10 +178,10 @@ class _Frame:
         torch.cuda.synchronize(self.device)
 
     def open(self, hold_ms: float) -> None:
-        self.flush.zero_()
+        _tensor_zero_(self.flush)
         _device_sleep(int(hold_ms * HOLD_CYCLES_PER_MS))
         self.hold_done.record(self.timed)
-        self.marker.add_(1)
+        _tensor_add_(self.marker, 1)
 
     def holding(self) -> bool:
         return not self.hold_done.query()
@@ -187,7 +191,7 @@ class _Frame:
         switched = _current_stream(self.device) != self.timed
         if switched:
             _set_stream(self.timed)
-        self.marker.add_(1)
+        _tensor_add_(self.marker, 1)
         return switched
 
 
