@@ -79,29 +79,45 @@ def build_all(pairs: list[Pair], args, settings: EngineSettings) -> None:
             print("build", line, flush=True)
 
 
-def plain_check(pair: Pair, ext_dir: Path | None, args) -> dict:
-    command = [sys.executable, "-m", "benchmarks.fidelity_check", str(pair.reference), str(pair.candidate),
-               "--device", args.device, "--trials", "3"]
-    if ext_dir is not None:
-        command += ["--ext-dir", str(ext_dir)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
-                              cwd=Path(__file__).resolve().parents[1])
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+class PlainCheck:
+    """The independent check of one pair (benchmarks/fidelity_check.py), in a process of its own, started
+    beside the engine's evaluation of the same pair: the two share nothing but the built extension."""
+
+    def __init__(self, pair: Pair, ext_dir: Path | None, args) -> None:
+        command = [sys.executable, "-m", "benchmarks.fidelity_check", str(pair.reference), str(pair.candidate),
+                   "--device", args.device, "--trials", "3"]
+        if ext_dir is not None:
+            command += ["--ext-dir", str(ext_dir)]
+        self.deadline = time.monotonic() + CHECK_TIMEOUT_S
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        cwd=Path(__file__).resolve().parents[1])
+
+    def result(self) -> dict:
+        try:
+            stdout, stderr = self.process.communicate(timeout=max(self.deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.communicate()
+            return {"correct": False, "max_abs_error": None, "message": "check timed out"}
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if lines:
             return json.loads(lines[-1])
-        return {"correct": False, "max_abs_error": None, "message": f"check crashed: {done.stderr[-300:]}"}
-    except subprocess.TimeoutExpired:
-        return {"correct": False, "max_abs_error": None, "message": "check timed out"}
+        return {"correct": False, "max_abs_error": None, "message": f"check crashed: {stderr[-300:]}"}
 
 
 def evaluate_pair(pair: Pair, args, settings: EngineSettings) -> dict:
     start = time.monotonic()
     prepared = engine.prepare(_request(pair, args), settings=settings)
     ext_dir = None if isinstance(prepared, EvalResult) else prepared.ext_dir
-    result = prepared if isinstance(prepared, EvalResult) else engine.execute(prepared, settings=settings)
+    check = PlainCheck(pair, ext_dir, args)  # runs while the engine evaluates
+    try:
+        result = prepared if isinstance(prepared, EvalResult) else engine.execute(prepared, settings=settings)
+    except BaseException:
+        check.process.kill()
+        check.process.communicate()
+        raise
     engine_s = time.monotonic() - start
-    independent = plain_check(pair, ext_dir, args)
+    independent = check.result()
     coverage = result.coverage
     return {
         "id": pair.id, "category": pair.category, "status": result.status.value, "flagged": result.flagged,

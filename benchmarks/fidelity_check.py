@@ -18,6 +18,7 @@ import copy
 import importlib.machinery
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -134,6 +135,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--ext-dir", type=Path)
     args = parser.parse_args()
+    if args.device == "cpu":  # Triton runs on CPU only in its interpreter, as in the engine's CPU mode
+        os.environ["TRITON_INTERPRET"] = "1"
     _use_prebuilt_extensions(args.ext_dir)
     try:
         outcome = check(args.reference, args.candidate, args.device, args.trials, args.seed)

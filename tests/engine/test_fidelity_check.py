@@ -72,3 +72,24 @@ def test_the_fidelity_benchmark_leaves_out_the_compile_baseline_unless_asked(tmp
 
     assert options().wants_compile_baseline() is False
     assert options("--compile-baseline").wants_compile_baseline() is True
+
+
+def test_a_pair_gets_the_engines_verdict_and_the_plain_checks_side_by_side(tmp_path, monkeypatch):
+    """The plain check runs in its own process while the engine evaluates the same pair (CPU, Triton
+    interpreter): both verdicts land in the pair's row."""
+    import sys
+
+    from benchmarks import fidelity
+    from tests.service.sources import REFERENCE as SERVICE_REFERENCE
+    from tests.service.sources import TRITON_CANDIDATE
+    from worker.engine.engine_settings import EngineSettings
+
+    reference, candidate = tmp_path / "ref.py", tmp_path / "cand.py"
+    reference.write_text(SERVICE_REFERENCE)
+    candidate.write_text(TRITON_CANDIDATE)
+    monkeypatch.setattr(sys, "argv", ["fidelity", "--jsonl", str(tmp_path / "f.jsonl"), "--device", "cpu",
+                                      "--trials", "2", "--timing-budget", "0.2"])
+    row = fidelity.evaluate_pair(fidelity.Pair("S000", "test", reference, candidate), fidelity.parse_args(),
+                                 EngineSettings.configured())
+    assert row["status"] == "ok" and row["independent"]["correct"] is True, (row["status"], row["independent"])
+    assert fidelity.accepted(row) is True
