@@ -27,7 +27,8 @@
 # per model (default: the service's 3 s), to weigh the spread against how long each job holds its GPU alone;
 # KJ_PROBLEMS limits it to those library problems.
 # fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
-# stays warm, so a second call resumes; KJ_FIDELITY_RESUME carries an earlier call's rows to a new machine), the
+# stays warm, so a second call resumes; KJ_FIDELITY_RESUME carries an earlier call's rows to a new machine, plain
+# or gzipped, e.g. the committed benchmarks/results/logs/fidelity_*.jsonl.gz), the
 # table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long; KJ_EVAL_JOBS pairs at once (default 6).
 # soak: benchmarks/soak.py (rl rounds back to back against one server for KJ_SOAK_S, default 1200 s, on every
 # visible GPU), started detached (setsid) on the warm machine's disk under data/soak-out, then waited for up to
@@ -87,6 +88,9 @@ soak_wait() {  # until the soak's process ends or KJ_WAIT_S passes; then what it
     done
     tail -25 "$soak_out/soak.md" 2>/dev/null
 }
+resume_rows() {  # an earlier call's JSON lines (plain, or gzipped as committed under benchmarks/results/logs/)
+    case $1 in *.gz) gzip -dc "$1" >"$2" ;; *) cp "$1" "$2" ;; esac
+}
 export KJ_BENCH_SERVER_LOG=${KJ_BENCH_SERVER_LOG:-$out/server.log}
 for step in $steps; do
     case $step in
@@ -110,7 +114,7 @@ for step in $steps; do
         # Each case's outcome goes to OUTDIR/redteam.jsonl as it finishes, so a call cut by its limit still brings
         # back what ran. KJ_REDTEAM_RESUME=PATH: a redteam.jsonl of an earlier call (carried), whose cases are
         # not run again; the table then covers them all. Run `prebuild` first: it builds the CUDA cases 12 at once.
-        [ -n "${KJ_REDTEAM_RESUME:-}" ] && cp "$KJ_REDTEAM_RESUME" "$out/redteam.jsonl"
+        [ -n "${KJ_REDTEAM_RESUME:-}" ] && resume_rows "$KJ_REDTEAM_RESUME" "$out/redteam.jsonl"
         python3 -m benchmarks.redteam --device cuda --gpu-only --jsonl "$out/redteam.jsonl" --resume \
             --markdown "$out/redteam_gpu_$stamp.md" 2>&1 | tee "$out/redteam.log" ;;
     streams)
@@ -186,7 +190,7 @@ for step in $steps; do
         # KJ_FIDELITY_RESUME=PATH: the fidelity.jsonl an earlier call brought back (carried), for a machine that
         # is no longer warm; its pairs are not evaluated again.
         mkdir -p data
-        [ -n "${KJ_FIDELITY_RESUME:-}" ] && cp "$KJ_FIDELITY_RESUME" data/fidelity.jsonl
+        [ -n "${KJ_FIDELITY_RESUME:-}" ] && resume_rows "$KJ_FIDELITY_RESUME" data/fidelity.jsonl
         python3 -m benchmarks.fidelity --corpus "${KJ_CORPUS:-.carry/corpus}" --phases build,eval,report \
             --eval-budget-s ${KJ_EVAL_BUDGET:-0} --eval-jobs ${KJ_EVAL_JOBS:-6} --jsonl data/fidelity.jsonl --out "$out/fidelity_$stamp.md" 2>&1 \
             | tee "$out/fidelity.log"
