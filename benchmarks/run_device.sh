@@ -3,8 +3,8 @@
 #   offline install from the carried wheelhouse, bubblewrap from its .deb, a sandbox
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
-# STEPS: fresh prebuild eval elementwise baselines redteam streams redteam-load throughput tests security repeat fidelity soak
-# soak-wait bundle (a name that is none of these only installs)
+# STEPS: fresh prebuild eval elementwise baselines redteam streams redteam-load throughput tests security repeat
+# repeat-wait fidelity soak soak-wait bundle (a name that is none of these only installs)
 # (default: eval redteam tests).
 # fresh: kill servers and spawners a cut call left on a warm machine, and empty the throughput data dir (do it
 # before `throughput` with rl, never before rl-again). bundle: every log and JSON line file of OUTDIR into
@@ -25,7 +25,8 @@
 # repeat: benchmarks/repeat.py (every honest library candidate KJ_REPEATS times through the service under a
 # CUDA build load of the corpus, and triton.testing.do_bench); KJ_REPEAT_BUDGET sets every job's timing budget
 # per model (default: the service's 3 s), to weigh the spread against how long each job holds its GPU alone;
-# KJ_PROBLEMS limits it to those library problems.
+# KJ_PROBLEMS limits it to those library problems. It runs detached, as the soak does (below): five repeats at
+# the default budget outlast one call, and `repeat-wait` in the next call waits for the rest.
 # fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
 # stays warm, so a second call resumes; KJ_FIDELITY_RESUME carries an earlier call's rows to a new machine, plain
 # or gzipped, e.g. the committed benchmarks/results/logs/fidelity_*.jsonl.gz), the
@@ -75,18 +76,26 @@ nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
   echo "thread siblings: $(cat /sys/devices/system/cpu/cpu*/topology/thread_siblings_list 2>/dev/null | sort -un | tr '\n' ' ')"
 } | tee -a "$out/gpu.txt"
 stamp=$(date -u +%Y-%m-%d)
-soak_out=$PWD/data/soak-out
-soak_wait() {  # until the soak's process ends or KJ_WAIT_S passes; then what it wrote so far, into OUTDIR
-    local until=$((SECONDS + ${KJ_WAIT_S:-540}))
-    while kill -0 "$(cat "$soak_out/pid" 2>/dev/null || echo 0)" 2>/dev/null && [ $SECONDS -lt $until ]; do
-        sleep 5  # polling another session's process: nothing to wait on but its pid
+# A long step started detached (setsid) on the warm machine's disk under data/NAME-out, so that it outlives the
+# call's 600 s: the next call (within the machine's idle limit, never with `fresh`, which kills its server) waits
+# for it again. Each wait copies what it wrote so far into OUTDIR.
+detached_start() {  # NAME, then the command; its output goes to data/NAME-out/NAME.log
+    local dir=$PWD/data/$1-out name=$1
+    shift
+    # An earlier run of this step, with its server: setsid made its process the leader of a group of its own.
+    [ -f "$dir/pid" ] && kill -9 -- "-$(cat "$dir/pid")" 2>/dev/null
+    rm -rf "$dir" && mkdir -p "$dir"
+    KJ_BENCH_SERVER_LOG=$dir/server.log setsid nohup "$@" >"$dir/$name.log" 2>&1 </dev/null &
+    echo $! >"$dir/pid"
+}
+detached_wait() {  # NAME: until its process ends or KJ_WAIT_S passes; then its files so far, into OUTDIR
+    local dir=$PWD/data/$1-out until=$((SECONDS + ${KJ_WAIT_S:-540}))
+    while kill -0 "$(cat "$dir/pid" 2>/dev/null || echo 0)" 2>/dev/null && [ $SECONDS -lt $until ]; do
+        sleep 5  # polling a process of an earlier call: nothing to wait on but its pid
     done
-    kill -0 "$(cat "$soak_out/pid" 2>/dev/null || echo 0)" 2>/dev/null && echo "soak: still running" \
-        || echo "soak: finished"
-    for name in soak.md soak.log soak.jsonl server.log; do
-        [ -f "$soak_out/$name" ] && cp "$soak_out/$name" "$out/${name/soak.md/soak_$stamp.md}"
-    done
-    tail -25 "$soak_out/soak.md" 2>/dev/null
+    kill -0 "$(cat "$dir/pid" 2>/dev/null || echo 0)" 2>/dev/null && echo "$1: still running" || echo "$1: finished"
+    find "$dir" -maxdepth 1 -type f ! -name pid -exec cp {} "$out/" \;
+    tail -25 "$dir"/*.md 2>/dev/null
 }
 resume_rows() {  # an earlier call's JSON lines (plain, or gzipped as committed under benchmarks/results/logs/)
     case $1 in *.gz) gzip -dc "$1" >"$2" ;; *) cp "$1" "$2" ;; esac
@@ -182,10 +191,13 @@ for step in $steps; do
         done
         set +f ;;
     repeat)
-        python3 -m benchmarks.repeat --device cuda --repeats ${KJ_REPEATS:-5} --corpus "${KJ_CORPUS:-.carry/corpus}" \
-            --build-threads ${KJ_BUILD_THREADS:-12} ${KJ_REPEAT_BUDGET:+--timing-budget-s $KJ_REPEAT_BUDGET} \
-            ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} \
-            --out "$out/repeat${KJ_REPEAT_BUDGET:+_budget$KJ_REPEAT_BUDGET}_$stamp.md" 2>&1 | tee "$out/repeat.log" ;;
+        detached_start repeat python3 -m benchmarks.repeat --device cuda --repeats ${KJ_REPEATS:-5} \
+            --corpus "${KJ_CORPUS:-.carry/corpus}" --build-threads ${KJ_BUILD_THREADS:-12} \
+            ${KJ_REPEAT_BUDGET:+--timing-budget-s $KJ_REPEAT_BUDGET} ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} \
+            --out "$PWD/data/repeat-out/repeat${KJ_REPEAT_BUDGET:+_budget$KJ_REPEAT_BUDGET}_$stamp.md"
+        detached_wait repeat ;;
+    repeat-wait)
+        detached_wait repeat ;;
     fidelity)
         # KJ_FIDELITY_RESUME=PATH: the fidelity.jsonl an earlier call brought back (carried), for a machine that
         # is no longer warm; its pairs are not evaluated again.
@@ -198,13 +210,12 @@ for step in $steps; do
     soak)
         pkill -9 -f 'm benchmarks[.]soak' 2>/dev/null  # [.]: never this script's own command line
         pkill -9 -f 'kerneljudge.cli serve' 2>/dev/null
-        rm -rf data/soak "$soak_out" && mkdir -p "$soak_out"
-        KJ_BENCH_SERVER_LOG=$soak_out/server.log setsid nohup python3 -m benchmarks.soak --device cuda \
-            --corpus "${KJ_CORPUS:-.carry/corpus}" --duration-s "${KJ_SOAK_S:-1200}" --data-dir data/soak \
-            --out "$soak_out/soak.md" --jsonl "$soak_out/soak.jsonl" >"$soak_out/soak.log" 2>&1 </dev/null &
-        echo $! >"$soak_out/pid"
-        soak_wait ;;
+        rm -rf data/soak
+        detached_start soak python3 -m benchmarks.soak --device cuda --corpus "${KJ_CORPUS:-.carry/corpus}" \
+            --duration-s "${KJ_SOAK_S:-1200}" --data-dir data/soak --out "$PWD/data/soak-out/soak_$stamp.md" \
+            --jsonl "$PWD/data/soak-out/soak.jsonl"
+        detached_wait soak ;;
     soak-wait)
-        soak_wait ;;
+        detached_wait soak ;;
     esac
 done
