@@ -88,7 +88,8 @@ class PlainCheck:
                    "--device", args.device, "--trials", "3"]
         if ext_dir is not None:
             command += ["--ext-dir", str(ext_dir)]
-        self.deadline = time.monotonic() + CHECK_TIMEOUT_S
+        self.started = time.monotonic()
+        self.deadline = self.started + CHECK_TIMEOUT_S
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                         cwd=Path(__file__).resolve().parents[1])
 
@@ -99,10 +100,12 @@ class PlainCheck:
             self.process.kill()
             self.process.communicate()
             return {"correct": False, "max_abs_error": None, "message": "check timed out"}
+        seconds = round(time.monotonic() - self.started, 1)
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if lines:
-            return json.loads(lines[-1])
-        return {"correct": False, "max_abs_error": None, "message": f"check crashed: {stderr[-300:]}"}
+            return {**json.loads(lines[-1]), "seconds": seconds}
+        return {"correct": False, "max_abs_error": None, "message": f"check crashed: {stderr[-300:]}",
+                "seconds": seconds}
 
 
 def evaluate_pair(pair: Pair, args, settings: EngineSettings) -> dict:

@@ -93,3 +93,4 @@ def test_a_pair_gets_the_engines_verdict_and_the_plain_checks_side_by_side(tmp_p
                                  EngineSettings.configured())
     assert row["status"] == "ok" and row["independent"]["correct"] is True, (row["status"], row["independent"])
     assert fidelity.accepted(row) is True
+    assert row["independent"]["seconds"] > 0  # the check's own time, beside the engine's
