@@ -30,7 +30,8 @@
 # fidelity: benchmarks/fidelity.py over the corpus; its rows go to data/fidelity.jsonl (kept while the machine
 # stays warm, so a second call resumes; KJ_FIDELITY_RESUME carries an earlier call's rows to a new machine, plain
 # or gzipped, e.g. the committed benchmarks/results/logs/fidelity_*.jsonl.gz), the
-# table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long; KJ_EVAL_JOBS pairs at once (default 6).
+# table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long; KJ_EVAL_JOBS pairs at once (default 6);
+# KJ_FIDELITY_IDS="S035 S141" evaluates those pairs only.
 # soak: benchmarks/soak.py (rl rounds back to back against one server for KJ_SOAK_S, default 1200 s, on every
 # visible GPU), started detached (setsid) on the warm machine's disk under data/soak-out, then waited for up to
 # KJ_WAIT_S (default 540 s); soak-wait: wait for it again in the next call (call again within the machine's idle
@@ -204,7 +205,7 @@ for step in $steps; do
         mkdir -p data
         [ -n "${KJ_FIDELITY_RESUME:-}" ] && resume_rows "$KJ_FIDELITY_RESUME" data/fidelity.jsonl
         python3 -m benchmarks.fidelity --corpus "${KJ_CORPUS:-.carry/corpus}" --phases build,eval,report \
-            --eval-budget-s ${KJ_EVAL_BUDGET:-0} --eval-jobs ${KJ_EVAL_JOBS:-6} --jsonl data/fidelity.jsonl --out "$out/fidelity_$stamp.md" 2>&1 \
+            ${KJ_FIDELITY_IDS:+--ids $KJ_FIDELITY_IDS} --eval-budget-s ${KJ_EVAL_BUDGET:-0} --eval-jobs ${KJ_EVAL_JOBS:-6} --jsonl data/fidelity.jsonl --out "$out/fidelity_$stamp.md" 2>&1 \
             | tee "$out/fidelity.log"
         cp data/fidelity.jsonl "$out/" ;;
     soak)

@@ -95,6 +95,12 @@ def _want_matching(items: object, expected: list) -> None:
 class JudgeRunner(Runner):
     role = "reference"
 
+    @property
+    def output_device(self) -> torch.device:
+        """The reference's outputs stay on the judge's device, where they are kept and compared: copied to the
+        host first, one problem's trial outputs and float64 truths (15 GiB) went over the sandbox's memory cap."""
+        return self.device
+
     def __init__(self) -> None:
         super().__init__()
         self.init_inputs: list = []
@@ -209,15 +215,34 @@ class JudgeRunner(Runner):
         measured = self._physics(command.physics_measures)
         self._step("seal", device=False)
         # The probes run as further trials: nothing in a candidate's run tells them apart.
-        self.sealed_inputs = wire.seal({"init_inputs": init_inputs, "trials": trials + [p.args for p in self.probes],
-                                        "pool": pool, "shape_trials": shape_inputs})
+        packed = wire.pack({"init_inputs": init_inputs, "trials": trials + [p.args for p in self.probes],
+                            "pool": pool, "shape_trials": shape_inputs})
+        del init_inputs, trials, pool, shape_inputs
+        sealed = self._seal_inputs(*packed)
         self.channel.reply(Generated(
             shape_trial=self.shape_info, perturbed_trials=self.perturbed, physics=measured, trials_sized=self.sized,
             truth_skipped=truth_skipped, tampered=self.integrity.changed(),
             output_bytes=_nbytes(self.ref_trials[:1]), reply_bytes=self._candidate_reply_bytes(),
-            input_bytes=self.sealed_inputs.buffer.nbytes if self.sealed_inputs.buffer is not None else 0,
+            input_bytes=sealed.buffer.nbytes if sealed.buffer is not None else 0,
             # What it now holds on its device (sizes the reference cache; memory_budget).
             device_bytes=torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0))
+
+    def _seal_inputs(self, description: dict, tensors: list[torch.Tensor | None]) -> wire.SealedTensors:
+        """Seal the input sets (wire.pack's), letting each host copy go once written, then keep views of the
+        sealed file in their place: the host holds one copy of every input set, not two (two put a problem with
+        512 MiB inputs, 7 GiB of input sets, over the sandbox's memory cap)."""
+        self.init_inputs, self.trial_inputs, self.pool_inputs, self.shape_inputs = [], [], [], []
+        for probe in self.probes:
+            probe.args = []
+        self.sealed_inputs = wire.seal_packed(description, tensors)
+        sealed = wire.unseal(self.sealed_inputs)
+        assert isinstance(sealed, dict)
+        trials = len(sealed["trials"]) - len(self.probes)
+        self.init_inputs, self.trial_inputs = sealed["init_inputs"], sealed["trials"][:trials]
+        for probe, args in zip(self.probes, sealed["trials"][trials:], strict=True):
+            probe.args = args
+        self.pool_inputs, self.shape_inputs = sealed["pool"], sealed["shape_trials"]
+        return self.sealed_inputs
 
     def _physics(self, measures: list[str]) -> dict:
         """The device's copy bandwidth, the input bytes the reference's output depends on and the reference's

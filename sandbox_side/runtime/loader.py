@@ -88,15 +88,16 @@ def flatten_outputs(value: object) -> tuple[str, list[torch.Tensor]]:
     )
 
 
-def to_storable(value: object) -> dict:
-    """Detach and copy outputs to CPU as fresh plain tensors (no subclass, no shared storage)."""
+def to_storable(value: object, device: torch.device | str = "cpu") -> dict:
+    """Detach and copy outputs to `device` (the host unless told) as fresh plain tensors (no subclass, no shared
+    storage)."""
     kind, tensors = flatten_outputs(value)
     plain = []
     for tensor in tensors:
         if tensor.is_sparse or tensor.layout != torch.strided:
             raise UserCodeError(FailureKind.invalid_output, "outputs must be dense strided tensors")
         # One copy, from wherever it is (not a clone on its device first, then another to the host).
-        plain.append(torch.Tensor.to(torch.Tensor.detach(tensor), "cpu", copy=True, memory_format=torch.contiguous_format))
+        plain.append(torch.Tensor.to(torch.Tensor.detach(tensor), device, copy=True, memory_format=torch.contiguous_format))
     return {"kind": kind, "tensors": plain}
 
 

@@ -112,6 +112,11 @@ class Runner:
 
     role = "candidate"
 
+    @property
+    def output_device(self) -> torch.device:
+        """Where `_call` keeps outputs: the host, for the wire (the judge overrides it)."""
+        return torch.device("cpu")
+
     def __init__(self) -> None:
         device = torch.device(os.environ.get("KJ_DEVICE", "cpu"))
         # CUDA_VISIBLE_DEVICES narrows the view to the worker's GPU, which is then index 0.
@@ -216,7 +221,7 @@ class Runner:
             with torch.no_grad():
                 out = (self.model if model is None else model)(*args)
             self._sync()
-            return to_storable(out)
+            return to_storable(out, self.output_device)
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, what) from exc
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -57,8 +58,9 @@ class Pending:
 
 
 # -- sending ---------------------------------------------------------------------------------
-def pack(value: object) -> tuple[dict, list[torch.Tensor]]:
-    """(description, tensors in order, detached: where they are, as they are)."""
+def pack(value: object) -> tuple[dict, list[torch.Tensor | None]]:
+    """(description, tensors in order, detached: where they are, as they are; never None here: seal_packed
+    empties the list as it writes)."""
     tensors: list[torch.Tensor] = []
 
     def walk(item: object, depth: int) -> object:
@@ -84,7 +86,7 @@ def pack(value: object) -> tuple[dict, list[torch.Tensor]]:
     tree = walk(value, 0)
     specs = [{"dtype": str(t.dtype), "shape": list(t.shape), "nbytes": t.numel() * t.element_size()}
              for t in tensors]
-    return {"tree": tree, "tensors": specs}, tensors
+    return {"tree": tree, "tensors": specs}, cast(list[torch.Tensor | None], tensors)  # the same list: see seal_packed
 
 
 @dataclass
@@ -98,16 +100,31 @@ class SealedTensors:
 def seal(value: object) -> SealedTensors:
     """`value` packed: its tensors' bytes written into one new sealed memory file (from the host: a tensor on
     a device is copied to the host first)."""
-    description, tensors = pack(value)
-    sizes = [t.numel() * t.element_size() for t in tensors]
+    return seal_packed(*pack(value))
+
+
+def seal_packed(description: dict, tensors: list[torch.Tensor | None]) -> SealedTensors:
+    """`pack`'s description and tensors sealed. The list is emptied as each tensor is written: a caller that
+    keeps no other reference to them holds one copy of the bytes at a time, not two (see `unseal`)."""
+    sizes = [int(spec["nbytes"]) for spec in description["tensors"]]
     offsets, nbytes = layout(sizes)
 
     def pieces() -> Iterator[tuple[int, memoryview]]:
-        for tensor, offset, size in zip(tensors, offsets, sizes, strict=True):
+        for index, (offset, size) in enumerate(zip(offsets, sizes, strict=True)):
+            tensor, tensors[index] = tensors[index], None
+            assert tensor is not None
             if size:
                 yield offset, tensor.cpu().reshape(-1).view(torch.uint8).numpy().data
 
     return SealedTensors(description, SealedBuffer.create(nbytes, pieces()) if nbytes else None)
+
+
+def unseal(sealed: SealedTensors) -> object:
+    """The value a SealedTensors holds, each tensor a view of one private copy-on-write mapping of its file
+    (the sealer's own copy of what it sent: writes to it reach nobody)."""
+    specs = parse_specs(sealed.description)
+    value = unpack_tree(sealed.description, specs)
+    return resolve(value, read_tensors(sealed.buffer, specs, set(range(len(specs)))))
 
 
 def layout(sizes: list[int]) -> tuple[list[int], int]:

@@ -4,10 +4,15 @@ two stay), and the result says so. (A problem with 20 GiB of outputs a trial hel
 from __future__ import annotations
 
 import uuid
+import weakref
+
+import torch
 
 from contract.requests import EvalOptions, EvalRequest
 from contract.statuses import EvalStatus
-from sandbox_side.judging.judge_process import MIN_SIZED_TRIALS, sized_trials
+from sandbox_side.judging.correctness import Outputs
+from sandbox_side.judging.judge_process import MIN_SIZED_TRIALS, JudgeRunner, ProbeTrial, sized_trials
+from sandbox_side.runtime import wire
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
 from worker.engine import evaluate
 
@@ -44,3 +49,26 @@ def test_a_problem_too_large_for_its_trials_keeps_what_fits_and_still_judges(set
     assert "2 of 5 trials" in sized.reason
     wrong = evaluate(EvalRequest(reference=reference, candidate=WRONG_SILU, options=options), settings=settings)
     assert wrong.status == EvalStatus.incorrect
+
+
+def test_the_judge_keeps_one_host_copy_of_its_input_sets():
+    """Sealing lets each input set's tensors go once written and keeps views of the sealed file in their place:
+    a problem with 512 MiB inputs (7 GiB of input sets) went over the sandbox's 16 GiB cap holding both."""
+    runner = JudgeRunner.__new__(JudgeRunner)  # the sealing alone: no channel, no sandbox
+    trials, pool, shape = [[torch.randn(32, 8), 3]], [[torch.randn(32, 8), 3]], [[torch.randn(64, 8), 3]]
+    probe_args = [torch.randn(32, 8), 3]
+    runner.probes = [ProbeTrial("rounding", "", probe_args, Outputs("tensor", []), Outputs("tensor", []))]
+    originals = [trials[0][0], pool[0][0], shape[0][0], probe_args[0]]
+    expected = [t.clone() for t in originals]
+    freed: list[int] = []
+    for index, tensor in enumerate(originals):
+        weakref.finalize(tensor, freed.append, index)
+    packed = wire.pack({"init_inputs": [4], "trials": trials + [probe_args], "pool": pool, "shape_trials": shape})
+    del trials, pool, shape, probe_args, originals, tensor
+    runner.init_inputs, runner.trial_inputs, runner.pool_inputs, runner.shape_inputs = [4], [], [], []
+    runner._seal_inputs(*packed)
+    assert sorted(freed) == [0, 1, 2, 3]  # no host tensor of the generated sets is left
+    kept = [runner.trial_inputs[0][0], runner.pool_inputs[0][0], runner.shape_inputs[0][0], runner.probes[0].args[0]]
+    assert all(torch.equal(got, want) for got, want in zip(kept, expected, strict=True))
+    assert runner.init_inputs == [4] and runner.trial_inputs[0][1] == 3 and len(runner.trial_inputs) == 1
+    assert runner.sealed_inputs is not None and runner.sealed_inputs.buffer is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import weakref
 
 import pytest
 import torch
@@ -67,6 +68,41 @@ def test_taken_tensors_are_the_receivers_own_and_the_senders_file_never_changes(
     first[1].fill_(-1.0)
     second = wire.read_tensors(sealed.buffer, specs, {0, 1, 2})
     assert all(torch.equal(got, original) for got, original in zip(second, sent, strict=True))
+
+
+def test_a_sealer_that_hands_its_tensors_over_holds_one_copy_at_a_time(monkeypatch):
+    """seal_packed lets each tensor go once its bytes are written, before the next is: a judge's input sets are
+    never on the host twice (once as tensors, once in the file)."""
+    events: list[str] = []
+    value = {"trials": [[torch.randn(64, 64)], [torch.randn(64, 64)]], "pool": [(torch.arange(10), 3)]}
+    expected = [value["trials"][0][0].clone(), value["trials"][1][0].clone(), value["pool"][0][0].clone()]
+    description, tensors = wire.pack(value)
+    del value  # the caller keeps no other reference: pack's tensors are the last ones
+    for index in range(len(tensors)):
+        weakref.finalize(tensors[index], events.append, f"freed {index}")
+    real_pwritev = os.pwritev
+
+    def recording_pwritev(fd, buffers, offset):
+        events.append("write")
+        return real_pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(sealed_payload.os, "pwritev", recording_pwritev)
+    sealed = wire.seal_packed(description, tensors)
+    assert tensors == [None, None, None]
+    assert events == ["write", "freed 0", "write", "freed 1", "write", "freed 2"]
+    got = wire.unseal(sealed)
+    assert isinstance(got, dict) and got["pool"][0][1] == 3 and isinstance(got["pool"][0], tuple)
+    assert all(torch.equal(a, b) for a, b in zip([got["trials"][0][0], got["trials"][1][0], got["pool"][0][0]],
+                                                 expected, strict=True))
+
+
+def test_the_sealers_own_views_are_private_to_it():
+    sealed = wire.seal([torch.zeros(8), torch.ones(3, dtype=torch.int64)])
+    mine = wire.unseal(sealed)
+    assert isinstance(mine, list)
+    mine[0].fill_(5.0)  # e.g. the judge's timing variants written into its own pool
+    again = wire.unseal(sealed)
+    assert isinstance(again, list) and torch.equal(again[0], torch.zeros(8)) and torch.equal(again[1], torch.ones(3, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("spec, problem", [

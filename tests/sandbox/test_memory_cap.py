@@ -38,6 +38,7 @@ from worker.engine.sandbox.identity import (
     acquire,
     first_unreachable,
     memory_limit_files,
+    read_memory_outcome,
 )
 from worker.engine.sandbox.spec import MIB, SANDBOX_MEMORY_BYTES
 
@@ -229,7 +230,9 @@ def test_a_memfd_hog_in_the_sandbox_cgroups_is_killed_at_the_cap(mode, tmp_path)
                               text=True, timeout=120)
         assert '"held"' not in done.stdout, done.stdout
         assert done.returncode == -9, (done.returncode, done.stderr[-2000:])
-        assert _oom_kills(identity.memory_cgroup) >= 1  # the kernel's OOM killer, in this cgroup
+        outcome = identity.memory_outcome()
+        assert outcome is not None and outcome.oom_kills >= 1  # the kernel's OOM killer, in this cgroup
+        assert outcome.cap_bytes == CAP and (outcome.peak_bytes is None or outcome.peak_bytes <= CAP)
     finally:
         groups = identity.cgroups()
         identity.release()
@@ -244,17 +247,10 @@ def _spec(isolation: IsolationConfig) -> SandboxSpec:
 
 
 def _oom_kills(group: Path | None) -> int | None:
-    """OOM kills the kernel counted in a memory cgroup (v2 memory.events, v1 memory.oom_control)."""
-    if group is None:
+    """OOM kills the kernel counted in a memory cgroup (None: no cgroup, or already removed)."""
+    if group is None or not group.exists():
         return None
-    for name in ("memory.events", "memory.oom_control"):
-        try:
-            fields = dict(line.split() for line in (group / name).read_text().splitlines())
-        except OSError:
-            continue  # the other version's file, or already removed
-        if "oom_kill" in fields:
-            return int(fields["oom_kill"])
-    return None
+    return read_memory_outcome(group, CAP).oom_kills
 
 
 def hog_beside_good(isolation: IsolationConfig) -> dict:
@@ -293,8 +289,10 @@ def _assert_hog_stopped(report: dict) -> None:
     assert report["hog_memory_cgroup"], ("the hog's sandbox got no memory cgroup: SandboxProcess.start must pass "
                                          "memory_bytes=limits.memory_bytes to identity.acquire", report)
     assert report["hog_messages"] == [], report  # it never got to hold 3x the cap
-    assert report["hog_exit"]["describe"] == "the process was killed by SIGKILL (killed: limit or out of memory)", \
-        report
+    # The kernel's own count says why: the result names the cap, not "a limit or out of memory".
+    assert report["hog_exit"]["describe"].startswith(
+        "the process was killed by SIGKILL: it went over the sandbox's memory cap of 256 MiB (the kernel's OOM "
+        "killer, peak "), report
     assert report["hog_oom"] is None or report["hog_oom"] >= 1, report  # None: released before it was read
     assert report["good_ready"] == {"event": "ready"}, report
     assert report["good_done"] == {"event": "done", "bytes": 96 * MIB}, report
@@ -344,3 +342,27 @@ def test_a_memfd_hog_running_as_a_sandbox_uid_is_stopped_at_the_cap(tmp_path):
         pytest.skip(f"this host cannot start a sandbox as an unprivileged uid: {report['unavailable']}")
     assert report["good_identity"] == report["hog_identity"] == "uid"
     _assert_hog_stopped(report)
+
+
+# -- what the cgroup tells at a sandbox's end ----------------------------------------------
+@pytest.mark.parametrize("files, kills, peak", [
+    ({"memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n", "memory.peak": "268435456\n"}, 1, 256 * MIB),
+    ({"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+      "memory.max_usage_in_bytes": "1048576\n"}, 2, MIB),
+    ({"memory.events": "oom 0\noom_kill 0\n"}, 0, None),  # v2 before Linux 5.19 keeps no peak
+])
+def test_the_memory_outcome_reads_both_cgroup_versions(tmp_path, files, kills, peak):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert read_memory_outcome(tmp_path, CAP) == identity_module.MemoryOutcome(CAP, kills, peak)
+
+
+def test_a_sigkill_names_the_memory_cap_only_when_the_kernel_counted_an_oom_kill():
+    oom = identity_module.MemoryOutcome(16 * 1024**3, 1, 16 * 1024**3)
+    assert SandboxExited(-9, "", oom).describe() == (
+        "the process was killed by SIGKILL: it went over the sandbox's memory cap of 16.0 GiB (the kernel's OOM "
+        "killer, peak 16.0 GiB; KERNELJUDGE_SANDBOX_MEMORY sets the cap)")
+    for memory in (None, identity_module.MemoryOutcome(CAP, 0, MIB)):  # killed for another reason
+        assert SandboxExited(-9, "", memory).describe() == \
+            "the process was killed by SIGKILL (killed: limit or out of memory)"
+    assert SandboxExited(128 + 9, "", oom).describe().startswith("the process was killed by SIGKILL: it went over")

@@ -58,6 +58,48 @@ _warned: set[str] = set()
 _warn_lock = threading.Lock()
 
 
+@dataclass(frozen=True)
+class MemoryOutcome:
+    """A sandbox's memory cgroup at its end: the kernel's OOM kills inside it and its peak, against its cap."""
+
+    cap_bytes: int
+    oom_kills: int
+    peak_bytes: int | None  # None where the kernel keeps no peak (cgroup v2 before Linux 5.19)
+
+    def describe(self) -> str:
+        peak = f", peak {_size(self.peak_bytes)}" if self.peak_bytes is not None else ""
+        return (f"it went over the sandbox's memory cap of {_size(self.cap_bytes)} (the kernel's OOM killer{peak}; "
+                f"KERNELJUDGE_SANDBOX_MEMORY sets the cap)")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1024**3:.1f} GiB" if nbytes >= 1024**3 else f"{nbytes / 1024**2:.0f} MiB"
+
+
+def read_memory_outcome(group: Path, cap_bytes: int) -> MemoryOutcome:
+    """OOM kills (v2 memory.events, v1 memory.oom_control: `oom_kill N`) and the peak (v2 memory.peak, v1
+    memory.max_usage_in_bytes) of a memory cgroup; what the kernel does not offer reads as 0 or None."""
+    kills = 0
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            lines = (group / name).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                kills = int(value)
+        break
+    peak = None
+    for name in ("memory.peak", "memory.max_usage_in_bytes"):
+        try:
+            peak = int((group / name).read_text().split()[0])
+            break
+        except (OSError, ValueError, IndexError):
+            continue
+    return MemoryOutcome(cap_bytes, kills, peak)
+
+
 class IsolationError(RuntimeError):
     """No way to cap this sandbox's processes was available (the caller reports it as SandboxUnavailable)."""
 
@@ -75,6 +117,13 @@ class SandboxIdentity:
     # The cgroup that freezes it whole (root with a freezer; on v2 possibly one of the above) and its kind.
     freezer_cgroup: Path | None = None
     freezer_unified: bool = False
+    memory_cap_bytes: int | None = None  # the memory cgroup's cap (memory_cgroup set)
+
+    def memory_outcome(self) -> MemoryOutcome | None:
+        """What the memory cgroup saw (read while it still exists, before `release`); None without one."""
+        if self.memory_cgroup is None or self.memory_cap_bytes is None:
+            return None
+        return read_memory_outcome(self.memory_cgroup, self.memory_cap_bytes)
 
     def cgroups(self) -> list[Path]:
         """Every cgroup of the sandbox, each once."""
@@ -321,6 +370,7 @@ def _cap_memory(identity: SandboxIdentity, memory_bytes: int) -> None:
                                    f"({exc})")
         return
     identity.memory_cgroup = group
+    identity.memory_cap_bytes = memory_bytes
 
 
 @functools.cache

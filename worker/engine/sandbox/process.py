@@ -28,6 +28,7 @@ from worker.engine.process_tree import StoppedTree
 from worker.engine.sandbox import bwrap
 from worker.engine.sandbox.identity import (
     IsolationError,
+    MemoryOutcome,
     SandboxIdentity,
     acquire,
     count_tasks_of,
@@ -64,6 +65,8 @@ class SandboxTimeout(TimeoutError):
 class SandboxExited(Exception):
     returncode: int | None
     detail: str = ""
+    memory: MemoryOutcome | None = None  # its memory cgroup at the end, where it had one
+
 
     def describe(self) -> str:
         code = self.returncode
@@ -75,6 +78,8 @@ class SandboxExited(Exception):
                 name = signal.Signals(number).name
             except ValueError:
                 name = f"signal {number}"
+            if name == "SIGKILL" and self.memory is not None and self.memory.oom_kills:
+                return f"the process was killed by SIGKILL: {self.memory.describe()}"
             hint = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)",
                     "SIGKILL": " (killed: limit or out of memory)"}.get(name, "")
             return f"the process was killed by {name}{hint}"
@@ -402,7 +407,8 @@ class SandboxProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
                 code = self._proc.returncode
-            raise SandboxExited(code, self.stderr.text()[-4000:])
+            memory = self.identity.memory_outcome() if self.identity is not None else None
+            raise SandboxExited(code, self.stderr.text()[-4000:], memory)
         message, self.received_at = item
         return message
 
