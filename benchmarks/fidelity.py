@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TextIO
 
 from contract.requests import EvalOptions, EvalRequest
 from contract.results import EvalResult
@@ -156,15 +157,31 @@ def eval_all(pairs: list[Pair], args, settings: EngineSettings) -> None:
             return None  # left for the next call
         return evaluate_pair(pair, args, settings)
 
-    with ThreadPoolExecutor(args.eval_jobs) as pool, open(args.jsonl, "a") as out:
-        for row in pool.map(run, todo):
-            if row is None:
-                continue
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(f"eval {row['id']}: {row['status']}{' flagged' if row['flagged'] else ''} reward {row['reward']} "
-                  f"independent {'correct' if row['independent']['correct'] else 'incorrect'} "
-                  f"({row['engine_s']} s)", flush=True)
+    # A plain check that ran out of device memory beside the other pairs' jobs has no verdict: its pair is
+    # evaluated again once the others are done, alone on the device (S141: 9.4 GiB asked beside five pairs).
+    alone: list[Pair] = []
+    by_id = {pair.id: pair for pair in todo}
+    with open(args.jsonl, "a") as out:
+        with ThreadPoolExecutor(args.eval_jobs) as pool:
+            for row in pool.map(run, todo):
+                if row is not None and row["independent"].get("out_of_memory"):
+                    print(f"eval {row['id']}: the plain check ran out of device memory beside the other pairs: "
+                          "evaluated again alone at the end", flush=True)
+                    alone.append(by_id[row["id"]])
+                elif row is not None:
+                    _write(out, row)
+        for pair in alone:
+            row = evaluate_pair(pair, args, settings)
+            row["independent"]["alone"] = True
+            _write(out, row)
+
+
+def _write(out: TextIO, row: dict) -> None:
+    out.write(json.dumps(row) + "\n")
+    out.flush()
+    print(f"eval {row['id']}: {row['status']}{' flagged' if row['flagged'] else ''} reward {row['reward']} "
+          f"independent {'correct' if row['independent']['correct'] else 'incorrect'} ({row['engine_s']} s)",
+          flush=True)
 
 
 def _rows(path: Path) -> list[dict]:

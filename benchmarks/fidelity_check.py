@@ -140,7 +140,10 @@ def main() -> int:
     _use_prebuilt_extensions(args.ext_dir)
     try:
         outcome = check(args.reference, args.candidate, args.device, args.trials, args.seed)
-    except Exception as exc:  # noqa: BLE001 - any failure of the pair is the verdict
+    except torch.OutOfMemoryError as exc:  # the device was shared, not the pair's fault: no verdict
+        outcome = {"correct": False, "max_abs_error": None, "out_of_memory": True,
+                   "message": f"OutOfMemoryError: {str(exc)[:300]}"}
+    except Exception as exc:  # noqa: BLE001 - any other failure of the pair is the verdict
         outcome = {"correct": False, "max_abs_error": None, "message": f"{type(exc).__name__}: {str(exc)[:300]}"}
     print(json.dumps(outcome))
     return 0

@@ -94,3 +94,39 @@ def test_a_pair_gets_the_engines_verdict_and_the_plain_checks_side_by_side(tmp_p
     assert row["status"] == "ok" and row["independent"]["correct"] is True, (row["status"], row["independent"])
     assert fidelity.accepted(row) is True
     assert row["independent"]["seconds"] > 0  # the check's own time, beside the engine's
+
+
+def test_a_plain_check_out_of_device_memory_is_no_verdict_and_its_pair_runs_again_alone(tmp_path, monkeypatch):
+    """Beside five other pairs' jobs the plain check of a pair with 1 GiB outputs ran out of H100 memory and
+    counted as 'incorrect'. Now the pair is evaluated again after the others, alone, and only that row is kept."""
+    import sys
+    import threading
+
+    from benchmarks import fidelity
+
+    pairs = [fidelity.Pair(f"S00{i}", "test", tmp_path / "r.py", tmp_path / "c.py") for i in range(3)]
+    running, calls, lock = set(), [], threading.Lock()
+
+    def evaluate(pair, args, settings):
+        with lock:
+            running.add(pair.id)
+            calls.append((pair.id, sorted(running)))
+            first = sum(1 for pid, _ in calls if pid == pair.id) == 1
+        out_of_memory = pair.id == "S001" and first
+        independent = {"correct": not out_of_memory, "max_abs_error": None, "message": None}
+        if out_of_memory:
+            independent.update(out_of_memory=True, message="OutOfMemoryError: CUDA out of memory")
+        with lock:
+            running.discard(pair.id)
+        return {"id": pair.id, "status": "ok", "flagged": False, "reward": 0.5, "engine_s": 1.0,
+                "independent": independent}
+
+    monkeypatch.setattr(fidelity, "evaluate_pair", evaluate)
+    monkeypatch.setattr(sys, "argv", ["fidelity", "--jsonl", str(tmp_path / "f.jsonl"), "--eval-jobs", "3"])
+    fidelity.eval_all(pairs, fidelity.parse_args(), None)
+    rows = fidelity._rows(tmp_path / "f.jsonl")
+    assert len((tmp_path / "f.jsonl").read_text().splitlines()) == 3
+    assert sorted(row["id"] for row in rows) == ["S000", "S001", "S002"]  # one row each: the first S001 is gone
+    assert [row["independent"] for row in rows if row["id"] == "S001"] == [
+        {"correct": True, "max_abs_error": None, "message": None, "alone": True}]
+    assert calls[-1] == ("S001", ["S001"])  # the second evaluation had the device to itself
