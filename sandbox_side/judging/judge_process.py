@@ -64,6 +64,8 @@ from sandbox_side.timing import timer, timing_variants
 
 # Tensors a candidate's reply may hold besides its outputs: the inputs after the first trials.
 INPUT_CHECK_TRIALS = 2
+# Room kept in a candidate's reply for its alignment and small tensors (_reply_fits).
+REPLY_MARGIN_BYTES = 64 * 1024**2
 
 
 @dataclass
@@ -119,6 +121,7 @@ class JudgeRunner(Runner):
         self.probes_left_out: list[ProbeTrialReport] = []
         # The outputs' reduction length (precision.reduction_length): None when they are no reduction.
         self.reduction: int | None = None
+        self.reply_max_bytes = 0  # Generate.reply_max_bytes
         self.perturbed: list[int] = []
         self.compiled_model: Callable[..., object] | None = None
         self.compiles = 0  # how many times this judge compiled its reference (once at most)
@@ -175,7 +178,9 @@ class JudgeRunner(Runner):
         self._construct("Model", init_inputs, command.init_seed)
         first = self._call(fresh_on(trials[0], self.device), "in Model.forward (trial 0)")
         set_bytes = input_bytes(trials[0]) + _nbytes_args(first["tensors"])
-        kept = sized_trials(len(trials), set_bytes, command.trial_bytes_budget)
+        self.reply_max_bytes = command.reply_max_bytes
+        budgets = [b for b in (command.trial_bytes_budget, command.reply_max_bytes) if b > 0]
+        kept = sized_trials(len(trials), set_bytes, min(budgets) if budgets else 0)
         if kept < len(trials):
             self.sized = {"kept": kept, "asked": len(trials), "set_bytes": set_bytes,
                           "budget": command.trial_bytes_budget}
@@ -194,7 +199,9 @@ class JudgeRunner(Runner):
                         for a in pool]
         self._step("shape", device=True)
         shape_inputs, shape_outputs, self.shape_info = self._shape_trial(command.shape_seeds,
-                                                                         command.shape_max_bytes)
+                                                                         command.shape_max_bytes,
+                                                                         _nbytes_args([o["tensors"] for o in
+                                                                                       trial_outputs]))
         self.init_inputs, self.trial_inputs, self.pool_inputs, self.shape_inputs = init_inputs, trials, pool, \
             shape_inputs
         self.ref_trials = [self._kept(o) for o in trial_outputs]
@@ -268,6 +275,10 @@ class JudgeRunner(Runner):
         except torch.OutOfMemoryError:
             return []
 
+    def _reply_fits(self, nbytes: int) -> bool:
+        """A candidate's reply of `nbytes` fits what its sandbox may write, with room for its other tensors."""
+        return not self.reply_max_bytes or nbytes + REPLY_MARGIN_BYTES <= self.reply_max_bytes
+
     def _candidate_reply_bytes(self) -> int:
         """The size of an honest candidate's run reply: its outputs and the inputs it sends back."""
         return (_nbytes(self.ref_trials) + _nbytes(self.ref_shape) + _nbytes([p.output for p in self.probes])
@@ -328,6 +339,10 @@ class JudgeRunner(Runner):
                 continue
             truth_kept = truths[0]
             why = probes.reference_unusable(probe.kind, output, truth_kept, self.ref_trials, self.truths)
+            reply = self._candidate_reply_bytes() + _nbytes([output])
+            if not why and not self._reply_fits(reply):
+                why = (f"a candidate's reply would take {reply} bytes with this probe's output, over the "
+                       f"{self.reply_max_bytes}-byte limit on what a sandbox may write")
             if why:
                 leave_out(probe.kind, probe.description, why)
                 continue
@@ -367,8 +382,9 @@ class JudgeRunner(Runner):
                     break
         return changed
 
-    def _shape_trial(self, seeds: list[int], max_bytes: int) -> tuple[list, list, dict]:
-        """One trial on a doubled batch, if the reference accepts one (see shape_variant)."""
+    def _shape_trial(self, seeds: list[int], max_bytes: int, trial_output_bytes: int) -> tuple[list, list, dict]:
+        """One trial on a doubled batch, if the reference accepts one (see shape_variant) and a candidate's reply
+        can hold its output beside the trials' (`trial_output_bytes`)."""
         if len(seeds) != 2:
             return [], [], {"skipped": "not requested"}
         first, second = self._inputs(seeds[0]), self._inputs(seeds[1])
@@ -386,6 +402,11 @@ class JudgeRunner(Runner):
             except UserCodeError as exc:
                 refused.append(f"doubling inputs {plan.widened}: {exc.message}")
                 continue
+            reply = trial_output_bytes + _nbytes_args(out["tensors"])
+            if not self._reply_fits(reply):
+                return [], [], {"skipped": f"a candidate's reply would take {reply} bytes with the doubled batch's "
+                                           f"output, over the {self.reply_max_bytes}-byte limit on what a sandbox "
+                                           "may write"}
             info = {"widened": plan.widened, "problem_shapes": input_shapes(first),
                     "shapes": input_shapes(plan.args)}
             return [plan.args], [out], info

@@ -250,6 +250,9 @@ class Generate(Command):
     rtol: float | None = None
     physics_measures: list[str] = field(default_factory=list)
     trial_bytes_budget: int = 0
+    # The most a candidate's reply (outputs of every trial, the doubled batch and the probes) may take: a sandbox
+    # cannot write a larger file (RLIMIT_FSIZE). 0: no limit.
+    reply_max_bytes: int = 0
 
 
 @dataclass

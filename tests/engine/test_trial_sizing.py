@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import uuid
 import weakref
+from types import SimpleNamespace
 
 import torch
 
 from contract.requests import EvalOptions, EvalRequest
 from contract.statuses import EvalStatus
 from sandbox_side.judging.correctness import Outputs
-from sandbox_side.judging.judge_process import MIN_SIZED_TRIALS, JudgeRunner, ProbeTrial, sized_trials
+from sandbox_side.judging.judge_process import (
+    MIN_SIZED_TRIALS,
+    REPLY_MARGIN_BYTES,
+    JudgeRunner,
+    ProbeTrial,
+    sized_trials,
+)
 from sandbox_side.runtime import wire
 from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
 from worker.engine import evaluate
@@ -72,3 +79,22 @@ def test_the_judge_keeps_one_host_copy_of_its_input_sets():
     assert all(torch.equal(got, want) for got, want in zip(kept, expected, strict=True))
     assert runner.init_inputs == [4] and runner.trial_inputs[0][1] == 3 and len(runner.trial_inputs) == 1
     assert runner.sealed_inputs is not None and runner.sealed_inputs.buffer is not None
+
+
+def test_the_judge_keeps_no_doubled_batch_a_candidates_reply_could_not_hold():
+    """A candidate's sandbox cannot write a file over its RLIMIT_FSIZE: with 1 GiB outputs, five trials, the
+    doubled batch and the probes made a reply over 8 GiB, and an honest candidate got `runtime_error` (EFBIG).
+    The judge leaves out what would not fit, and says why."""
+    runner = JudgeRunner.__new__(JudgeRunner)  # the judge's own logic, in this process
+    runner.device, runner.model, runner._sync = torch.device("cpu"), torch.nn.Identity(), lambda: None
+    runner.module = SimpleNamespace(get_inputs=lambda: [torch.randn(8, 1024)])
+    trial_output_bytes = 2 * 8 * 1024 * 4  # two trials of the problem's batch
+    runner.reply_max_bytes = 0  # no limit: the doubled batch is kept
+    _, outputs, info = runner._shape_trial([1, 2], 1 << 30, trial_output_bytes)
+    assert len(outputs) == 1 and info["widened"]
+    runner.reply_max_bytes = REPLY_MARGIN_BYTES + trial_output_bytes  # room for the trials' outputs only
+    _, outputs, info = runner._shape_trial([1, 2], 1 << 30, trial_output_bytes)
+    assert outputs == []
+    assert info["skipped"] == (f"a candidate's reply would take {trial_output_bytes + 16 * 1024 * 4} bytes with the "
+                               f"doubled batch's output, over the {runner.reply_max_bytes}-byte limit on what a "
+                               "sandbox may write")

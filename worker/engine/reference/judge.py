@@ -175,7 +175,9 @@ class JudgeSession:
                            pool_seeds=seeds["pool_seeds"], shape_seeds=seeds.get("shape_seeds") or [],
                            shape_max_bytes=shape_max_bytes, probe_max_bytes=self.probe_max_bytes,
                            atol=self.options.atol, rtol=self.options.rtol, physics_measures=measures,
-                           trial_bytes_budget=self.settings.trial_bytes_budget)
+                           trial_bytes_budget=self.settings.trial_bytes_budget,
+                           # Candidates' sandboxes (sandbox_pool, launch) keep ResourceLimits' file-size cap.
+                           reply_max_bytes=ResourceLimits().file_size_bytes)
         try:
             reply = self.session.stepped_request(command, Generated, deadline, hold.step)
         finally:
