@@ -53,6 +53,8 @@ class Row:
     speedups: list[float] = field(default_factory=list)
     candidate_ms: list[float] = field(default_factory=list)
     window_s: list[float] = field(default_factory=list)  # each timed job's exclusive window (stages["timing"])
+    # Each timed round's evidence, for a row whose speedups spread: "round N: speedup [ci95], pairs, medians".
+    round_timings: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
     rejections: list[str] = field(default_factory=list)  # each rejecting rule with its evidence: why an honest one lost
     clock_retries: list[str] = field(default_factory=list)  # first windows that failed the clock check, measured again
@@ -151,7 +153,7 @@ def job_options(device: str, timing_budget_s: float | None) -> dict:
 def write_table(path: Path, rows: list[Row], args: argparse.Namespace, rounds: list[str], started: str) -> None:
     timed = [r for r in rows if len(r.speedups) == args.repeats and r.long_enough]
     steady = [r for r in timed if r.spread is not None and r.spread <= SPREAD_GOAL]
-    compared = [r for r in rows if r.agreement is not None]
+    compared = [r for r in rows if r.agreement is not None and r.long_enough]
     agreeing = [r for r in compared if r.agreement is not None and abs(r.agreement) <= AGREEMENT_GOAL]
     lines = [
         f"# Repeatability of speedups through the service ({started})", "",
@@ -161,7 +163,8 @@ def write_table(path: Path, rows: list[Row], args: argparse.Namespace, rounds: l
         f"- timing budget per model: {args.timing_budget_s if args.timing_budget_s is not None else 'the default'} s",
         f"- spread <= {SPREAD_GOAL:.0%} (kernels >= {MIN_KERNEL_MS * 1e3:.0f} us, all {args.repeats} repeats ok): "
         f"**{len(steady)} of {len(timed)}**",
-        f"- within {AGREEMENT_GOAL:.0%} of do_bench: **{len(agreeing)} of {len(compared)}**", "",
+        f"- within {AGREEMENT_GOAL:.0%} of do_bench (kernels >= {MIN_KERNEL_MS * 1e3:.0f} us): "
+        f"**{len(agreeing)} of {len(compared)}**", "",
         "| candidate | verdicts | speedups | median | spread | cand median ms | window s (median) | do_bench "
         "| vs do_bench |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -174,6 +177,10 @@ def write_table(path: Path, rows: list[Row], args: argparse.Namespace, rounds: l
             _fmt(statistics.median(row.window_s) if row.window_s else None, ".2f"),
             _fmt(row.do_bench, ".3f") if row.do_bench else (row.do_bench_note or "-"), _fmt(row.agreement, "+.2%"),
         ]) + " |")
+    spread = [row for row in timed if row.spread is not None and row.spread > SPREAD_GOAL]
+    if spread:
+        lines += ["", f"## Each round of the kernels over {SPREAD_GOAL:.0%}: the job's own interval, pairs and medians", ""]
+        lines += [f"- `{row.name}` {timing}" for row in spread for timing in row.round_timings]
     rejected = [(row.name, why) for row in rows for why in row.rejections]
     if rejected:
         lines += ["", "## Rejections (honest candidates: each is a false reject)", ""]
@@ -211,6 +218,13 @@ def run_round(service: Service, rows: list[Row], options: dict, rng: random.Rand
             row.candidate_ms.append(result.timing.candidate.median_ms)
             if "timing" in result.stages:
                 row.window_s.append(result.stages["timing"])
+            timing = result.timing
+            low, high = timing.speedup_ci95
+            row.round_timings.append(
+                f"round {len(row.verdicts)}: speedup {result.speedup:.3f} [{low:.3f}, {high:.3f}], {timing.pairs} pairs, "
+                f"reference {timing.reference.median_ms:.4f} ms (n {timing.reference.n}), candidate "
+                f"{timing.candidate.median_ms:.4f} ms (n {timing.candidate.n}), window "
+                f"{result.stages.get('timing', 0.0):.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -315,7 +315,8 @@ class BuildNote(BaseModel):
 
 
 class TrialsSizedNote(BaseModel):
-    """Fewer trials than asked, sized to the trial byte budget (one huge problem)."""
+    """Fewer trials than asked, sized to the trial byte budget, or to what a candidate's sandbox may write in one
+    reply where that is less (one huge problem)."""
 
     kept: int
     asked: int

@@ -180,10 +180,10 @@ class JudgeRunner(Runner):
         set_bytes = input_bytes(trials[0]) + _nbytes_args(first["tensors"])
         self.reply_max_bytes = command.reply_max_bytes
         budgets = [b for b in (command.trial_bytes_budget, command.reply_max_bytes) if b > 0]
-        kept = sized_trials(len(trials), set_bytes, min(budgets) if budgets else 0)
+        budget = min(budgets) if budgets else 0
+        kept = sized_trials(len(trials), set_bytes, budget)
         if kept < len(trials):
-            self.sized = {"kept": kept, "asked": len(trials), "set_bytes": set_bytes,
-                          "budget": command.trial_bytes_budget}
+            self.sized = {"kept": kept, "asked": len(trials), "set_bytes": set_bytes, "budget": budget}
             trials = trials[:kept]
         trial_outputs = [first] + [self._call(fresh_on(a, self.device), f"in Model.forward (trial {i})")
                                    for i, a in enumerate(trials[1:], start=1)]

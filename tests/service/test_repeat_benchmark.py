@@ -53,3 +53,24 @@ def test_a_rejected_honest_candidate_and_a_retried_clock_check_are_listed_with_t
     assert "- `conv2d/cuda_ok` round 2: KJ-R20-timing-disagrees-with-supervisor-clock: reported 1.19 ms" in table
     assert "## First windows that failed the clock check" in table
     assert "- `conv2d/cuda_ok` round 1: reported 1.2 ms per call" in table
+
+
+def test_a_kernel_over_the_spread_goal_gets_each_rounds_interval_and_medians(tmp_path):
+    """Two Triton kernels of 24 missed the 2% spread on the H100 with one low round each: the report now shows
+    each round's own interval, pairs and both medians, to tell the candidate's samples from the reference's."""
+    steady = repeat.Row("silu", "cuda_ok", "ref", "cand", speedups=[0.766, 0.767], candidate_ms=[0.12, 0.12],
+                        round_timings=["round 1: steady", "round 2: steady"])
+    spread = repeat.Row("matmul", "triton_ok", "ref", "cand", speedups=[0.809, 0.747], candidate_ms=[0.45, 0.45],
+                        round_timings=["round 1: speedup 0.809 [0.80, 0.81]", "round 2: speedup 0.747 [0.74, 0.75]"])
+    short = repeat.Row("giou", "triton_ok", "ref", "cand", speedups=[29.0, 20.7], candidate_ms=[0.018, 0.018],
+                       round_timings=["round 1: below 20 us"], do_bench=11.2)
+    args = argparse.Namespace(device="cpu", repeats=2, timing_budget_s=None)
+    out = tmp_path / "repeat.md"
+    repeat.write_table(out, [steady, spread, short], args, [], "now")
+    table = out.read_text()
+    assert "- spread <= 2% (kernels >= 20 us, all 2 repeats ok): **1 of 2**" in table
+    assert "- within 5% of do_bench (kernels >= 20 us): **0 of 0**" in table  # the 18 us kernel is out of scope
+    section = table.split("## Each round of the kernels over 2%")[1]
+    assert "- `matmul/triton_ok` round 1: speedup 0.809 [0.80, 0.81]" in section
+    assert "- `matmul/triton_ok` round 2: speedup 0.747 [0.74, 0.75]" in section
+    assert "silu" not in section and "giou" not in section

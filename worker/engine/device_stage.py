@@ -293,7 +293,8 @@ class DeviceStage:
             self.builder.extra.trials_sized = TrialsSizedNote(
                 **sized, reason=f"{sized['kept']} of {sized['asked']} trials: one trial's inputs and outputs take "
                                 f"{sized['set_bytes']} bytes, the budget is {sized['budget']} "
-                                "(KERNELJUDGE_TRIAL_BYTES_BUDGET)")
+                                "(KERNELJUDGE_TRIAL_BYTES_BUDGET, or what a candidate's sandbox may write in one "
+                                "reply if less)")
         # The problem's persisted baselines: asked for now, measured in the background while this job runs.
         self._baseline_key = BaselineKey.of(request.reference, opts.device.value, generated.environment.get("gpu_name"))
         compile_baseline.request(self._baseline_key, request.reference, opts, self.settings)
