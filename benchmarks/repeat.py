@@ -21,7 +21,6 @@ round, so a run cut short keeps what it measured.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import signal
@@ -30,10 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.source_modules import import_source
 from benchmarks.throughput import KEY, REPO, Service, device_name, git_commit
 from problem_library.catalog import load_library
 from worker.engine.timing import clock_check
@@ -82,25 +81,12 @@ class Row:
         return bool(self.candidate_ms) and statistics.median(self.candidate_ms) >= MIN_KERNEL_MS
 
 
-def _module(source: str, name: str) -> types.ModuleType:
-    """`source` imported as module `name` from a file of its own: Triton's JIT reads a kernel's source from its
-    file ("@jit functions should be defined in a Python file") and its globals through sys.modules."""
-    path = Path(tempfile.mkdtemp(prefix="kj-repeat-module-")) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def do_bench_speedup(reference: str, candidate: str, seed: int = 0) -> float:
     """median(reference) / median(candidate) by triton.testing.do_bench on the same inputs."""
     import torch
     from triton.testing import do_bench
 
-    ref_mod, cand_mod = _module(reference, "kj_repeat_ref"), _module(candidate, "kj_repeat_cand")
+    ref_mod, cand_mod = import_source(reference, "kj_repeat_ref"), import_source(candidate, "kj_repeat_cand")
     torch.manual_seed(seed)
     init = list(ref_mod.get_init_inputs())
     torch.manual_seed(seed)

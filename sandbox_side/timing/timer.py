@@ -2,17 +2,23 @@
 
 What a GPU sample measures: the device time of one forward call on cold L2, from a CUDA event
 recorded just before the call to one recorded just after it, on the current stream. Before each
-call the L2 cache is flushed by zeroing a buffer larger than it; the flush is queued on the same
-stream without waiting for it, so the GPU is still busy with it while the host launches the call.
-The start event therefore fires when the flush ends, by which time the call's kernels are already
-queued behind it: the window holds the device's work, not the host's launch overhead (the way
-triton.testing.do_bench measures). A device-wide synchronisation after each call ends the
-iteration, so work that escaped onto another stream cannot spill into the next sample. Inputs
+call the L2 cache is flushed by zeroing a buffer larger than it. The loop is pipelined the way
+triton.testing.do_bench's is: call i is queued (its flush, events and kernels) while the device still
+runs call i-1, and only then does the host wait for call i-1's end event. The host's launch work for
+a call (Python, argument binding: 60-130 us for a Triton launch, more on a loaded host) is thus
+hidden behind the previous call's device work and the flush, as do_bench hides it, instead of behind
+the flush alone: with a synchronisation after every call, a Triton launch slower than the flush
+(85 us) added its excess to every sample, and a host slowed by a batch's builds moved one honest
+Triton GEMM's speedup by 8% in one of five evaluations. A launch-bound call (host time beyond its
+device time) still counts its launch gaps, as it does under do_bench. Inputs
 rotate through a pool of distinct input sets, and before each call the supervisor's secret order may
 switch the set to another of its variants (InputVariants: the same buffers, values changed at secret
 positions), so no call sees the inputs the previous call on its buffers saw: a cache keyed on the
 buffers or on a few sampled values returns a stale output, and the outputs of a secret sample of calls
-are kept for the judge to check against the reference's for the same variant (KJ-R02).
+are kept for the judge to check against the reference's for the same variant (KJ-R02). The variant's
+writes and a kept call's copies are queued on the same stream, so they take effect in call order.
+The block ends with a device-wide synchronisation, so work that escaped onto another stream is in
+the block's time on the supervisor's clock (KJ-R03 rejects such work by the kernel trace).
 
 CPU: a host clock around each call.
 
@@ -84,23 +90,45 @@ class InputVariants:
             _index_copy(flat, 0, positions, table[variant])
 
 
+class _Queued:
+    """One call queued on the device (or already run on the host): its output, and its time once done."""
+
+    def __init__(self, out: object, events: tuple[Any, Any] | None = None, host_ms: float = 0.0) -> None:
+        self.out = out
+        self.events = events
+        self.host_ms = host_ms
+
+    def elapsed_ms(self) -> float:
+        """Waits for the call's end event (GPU) and returns its milliseconds."""
+        if self.events is None:
+            return self.host_ms
+        start, end = self.events
+        _EventBase.synchronize(end)
+        return _EventBase.elapsed_time(start, end)
+
+
 class _GpuIteration:
     def __init__(self, device: torch.device) -> None:
         props = torch.cuda.get_device_properties(device)
         l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
         self.flush = torch.empty(max(4 * l2_bytes, L2_FLUSH_MIN_BYTES), dtype=torch.uint8, device=device)
-        self.start = _Event(enable_timing=True)
-        self.end = _Event(enable_timing=True)
+        # Two pairs in turn: call i records into one while call i-1's pair is still to be read.
+        self.pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(2)]
+        self.turn = 0
 
-    def run(self, call: Callable[[], object]) -> tuple[float, object]:
-        """Device milliseconds of one call on cold L2 (see the module docstring)."""
+    def queue(self, call: Callable[[], object]) -> _Queued:
+        """Queues one call on cold L2 between two events, without waiting for the device."""
         stream = _current_stream()
+        start, end = self.pairs[self.turn]
+        self.turn ^= 1
         self.flush.zero_()
-        _EventBase.record(self.start, stream)
+        _EventBase.record(start, stream)
         out = call()
-        _EventBase.record(self.end, stream)
+        _EventBase.record(end, stream)
+        return _Queued(out, (start, end))
+
+    def finish(self) -> None:
         _cuda_sync()
-        return _EventBase.elapsed_time(self.start, self.end), out
 
 
 _gpu_iterations: dict[torch.device, _GpuIteration] = {}
@@ -114,10 +142,13 @@ def _gpu_iteration(device: torch.device) -> _GpuIteration:
 
 
 class _CpuIteration:
-    def run(self, call: Callable[[], object]) -> tuple[float, object]:
+    def queue(self, call: Callable[[], object]) -> _Queued:
         t0 = _perf_counter()
         out = call()
-        return (_perf_counter() - t0) * 1e3, out
+        return _Queued(out, host_ms=(_perf_counter() - t0) * 1e3)
+
+    def finish(self) -> None:
+        pass
 
 
 def _snapshot(out: object) -> object:
@@ -164,13 +195,25 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
             raise ValueError("a variant was asked for and there are none")
         return pool[slot]
 
+    previous: _Queued | None = None
     with torch.no_grad():
-        for i in range(warmup):
-            iteration.run(_call_with(model, inputs(i, 0)))
-            result.warmup_runs += 1
-        for i in range(runs):
-            device_ms, out = iteration.run(_call_with(model, inputs(warmup + i, warmup)))
-            result.device_ms.append(device_ms)
-            if i in keep:
-                result.kept.append(_snapshot(out))
+        for i in range(warmup + runs):
+            current = iteration.queue(_call_with(model, inputs(i, warmup if i >= warmup else 0)))
+            if i - warmup in keep:
+                result.kept.append(_snapshot(current.out))  # queued behind the call, outside its events
+            # Call i is queued: only now wait for call i-1 (see the module docstring).
+            if previous is not None:
+                _record(result, previous, warmup=i - 1 < warmup)
+            previous = current
+        if previous is not None:
+            _record(result, previous, warmup=warmup + runs - 1 < warmup)
+        iteration.finish()
     return result
+
+
+def _record(result: TimingSamples, done: _Queued, *, warmup: bool) -> None:
+    device_ms = done.elapsed_ms()
+    if warmup:
+        result.warmup_runs += 1
+    else:
+        result.device_ms.append(device_ms)

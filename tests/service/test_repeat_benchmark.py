@@ -8,7 +8,7 @@ import argparse
 
 import torch
 
-from benchmarks import repeat
+from benchmarks import repeat, source_modules
 from contract.requests import EvalOptions
 from problem_library.catalog import load_library
 
@@ -36,7 +36,7 @@ def test_a_triton_candidate_loads_for_do_bench_from_a_file_of_its_own():
     # exec'd from a string, Triton's @jit refused it ("should be defined in a Python file"): every triton row of
     # the H100 run said "failed: ValueError".
     problem = next(p for p in load_library() if p.name == "silu")
-    module = repeat._module(problem.candidates["triton_ok"], "kj_test_repeat_silu")
+    module = source_modules.import_source(problem.candidates["triton_ok"], "kj_test_repeat_silu")
     assert isinstance(module.ModelNew(), torch.nn.Module)
 
 
