@@ -79,7 +79,7 @@ def launch_us(model, pool: list[list], runs: int) -> float:
 
 def synced_ms(model, pool: list[list], runs: int, device: torch.device) -> float:
     """The loop the timer ran before: flush, events around the call, a device synchronisation after it."""
-    flush = timer._gpu_iteration(device).flush
+    flush = timer._gpu_timer(device).flush
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
     with torch.no_grad():

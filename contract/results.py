@@ -392,6 +392,11 @@ class ResultNotes(BaseModel):
         default=None, description="The first timing window's clock check, which failed: the window was measured "
                                   "again, and the result's figures and verdict are the second's (a forger's fails "
                                   "both; a batch's host noise seldom does twice).")
+    trace_busy_beside_others_ms: float | None = Field(
+        default=None, description="The forward's kernels' busy time in the kernel trace taken beside other jobs' "
+                                  "device work, when it was far over the timed median: the call was traced again "
+                                  "with the device held alone, and KJ-R04 judged by that trace (other contexts' "
+                                  "work on the GPU stretches a traced kernel: 2.86 ms for an honest 0.63 ms GEMM).")
     compile_baseline: dict[str, Any] | None = Field(
         default=None, description="The problem's torch.compile baseline: its state (attached, waited, pending, "
                                   "off) and record.")

@@ -2,21 +2,21 @@
 
 What a GPU sample measures: the device time of one forward call on cold L2, from a CUDA event
 recorded just before the call to one recorded just after it, on the current stream. Before each
-call the L2 cache is flushed by zeroing a buffer larger than it. The loop is pipelined the way
-triton.testing.do_bench's is: call i is queued (its flush, events and kernels) while the device still
-runs call i-1, and only then does the host wait for call i-1's end event. The host's launch work for
-a call (Python, argument binding: 60-130 us for a Triton launch, more on a loaded host) is thus
-hidden behind the previous call's device work and the flush, as do_bench hides it, instead of behind
-the flush alone: with a synchronisation after every call, a Triton launch slower than the flush
-(85 us) added its excess to every sample, and a host slowed by a batch's builds moved one honest
-Triton GEMM's speedup by 8% in one of five evaluations. A launch-bound call (host time beyond its
-device time) still counts its launch gaps, as it does under do_bench. Inputs
+call the L2 cache is flushed by zeroing a buffer larger than it. A block's calls are queued one after
+another with no synchronisation between them, as triton.testing.do_bench queues its repetitions: the
+device synchronises once, at the block's end, and the events are read then. The host's work for a
+call (its launches: 60-130 us for a Triton launch, more on a loaded host; the variant's writes; the
+events) is thus hidden behind the device work queued ahead of it whenever the call is device-bound,
+as under do_bench. With a synchronisation after every call only the flush (85 us) covered it: a
+Triton launch slower than that added its excess to every sample, and a host slowed by a batch's
+builds moved one honest Triton GEMM's speedup by 8% in one of five evaluations. A launch-bound call
+(host time beyond its device time) still counts its launch gaps, as it does under do_bench. Inputs
 rotate through a pool of distinct input sets, and before each call the supervisor's secret order may
 switch the set to another of its variants (InputVariants: the same buffers, values changed at secret
 positions), so no call sees the inputs the previous call on its buffers saw: a cache keyed on the
 buffers or on a few sampled values returns a stale output, and the outputs of a secret sample of calls
 are kept for the judge to check against the reference's for the same variant (KJ-R02). The variant's
-writes and a kept call's copies are queued on the same stream, so they take effect in call order.
+writes and a kept call's copies are queued on the call's stream, so they take effect in call order.
 The block ends with a device-wide synchronisation, so work that escaped onto another stream is in
 the block's time on the supervisor's clock (KJ-R03 rejects such work by the kernel trace).
 
@@ -90,65 +90,29 @@ class InputVariants:
             _index_copy(flat, 0, positions, table[variant])
 
 
-class _Queued:
-    """One call queued on the device (or already run on the host): its output, and its time once done."""
+class _GpuTimer:
+    """The flush buffer and a reusable pool of event pairs, one pair per call of a block."""
 
-    def __init__(self, out: object, events: tuple[Any, Any] | None = None, host_ms: float = 0.0) -> None:
-        self.out = out
-        self.events = events
-        self.host_ms = host_ms
-
-    def elapsed_ms(self) -> float:
-        """Waits for the call's end event (GPU) and returns its milliseconds."""
-        if self.events is None:
-            return self.host_ms
-        start, end = self.events
-        _EventBase.synchronize(end)
-        return _EventBase.elapsed_time(start, end)
-
-
-class _GpuIteration:
     def __init__(self, device: torch.device) -> None:
         props = torch.cuda.get_device_properties(device)
         l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
         self.flush = torch.empty(max(4 * l2_bytes, L2_FLUSH_MIN_BYTES), dtype=torch.uint8, device=device)
-        # Two pairs in turn: call i records into one while call i-1's pair is still to be read.
-        self.pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(2)]
-        self.turn = 0
+        self.events: list[tuple[Any, Any]] = []
 
-    def queue(self, call: Callable[[], object]) -> _Queued:
-        """Queues one call on cold L2 between two events, without waiting for the device."""
-        stream = _current_stream()
-        start, end = self.pairs[self.turn]
-        self.turn ^= 1
-        self.flush.zero_()
-        _EventBase.record(start, stream)
-        out = call()
-        _EventBase.record(end, stream)
-        return _Queued(out, (start, end))
-
-    def finish(self) -> None:
-        _cuda_sync()
+    def pairs(self, count: int) -> list[tuple[Any, Any]]:
+        while len(self.events) < count:
+            self.events.append((_Event(enable_timing=True), _Event(enable_timing=True)))
+        return self.events[:count]
 
 
-_gpu_iterations: dict[torch.device, _GpuIteration] = {}
+_gpu_timers: dict[torch.device, _GpuTimer] = {}
 
 
-def _gpu_iteration(device: torch.device) -> _GpuIteration:
+def _gpu_timer(device: torch.device) -> _GpuTimer:
     """One flush buffer per process, not one per timing pass."""
-    if device not in _gpu_iterations:
-        _gpu_iterations[device] = _GpuIteration(device)
-    return _gpu_iterations[device]
-
-
-class _CpuIteration:
-    def queue(self, call: Callable[[], object]) -> _Queued:
-        t0 = _perf_counter()
-        out = call()
-        return _Queued(out, host_ms=(_perf_counter() - t0) * 1e3)
-
-    def finish(self) -> None:
-        pass
+    if device not in _gpu_timers:
+        _gpu_timers[device] = _GpuTimer(device)
+    return _gpu_timers[device]
 
 
 def _snapshot(out: object) -> object:
@@ -157,11 +121,6 @@ def _snapshot(out: object) -> object:
     if isinstance(out, (tuple, list)):
         return type(out)(_snapshot(item) for item in out)
     return out
-
-
-def _call_with(model: Callable[..., object], args: list) -> Callable[[], object]:
-    """One call of `model` on `args`, made before the clock starts (the timed part is the call alone)."""
-    return lambda: model(*args)
 
 
 def time_model(model: Callable[..., object], pool: list[list], device: torch.device, *, runs: int,
@@ -178,7 +137,6 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
     before the call (`variants`); without it, call i uses set i % len(pool) as it is. `keep`: indices of
     timed calls whose output is copied (after the call's timed window) for the judge to re-check: an
     output buffer reused across calls must still hold that call's answer."""
-    iteration = _gpu_iteration(device) if device.type == "cuda" else _CpuIteration()
     result = TimingSamples()
     size = len(pool)
     warmup, runs = max(int(warmup), 0), max(int(runs), 1)
@@ -195,25 +153,31 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
             raise ValueError("a variant was asked for and there are none")
         return pool[slot]
 
-    previous: _Queued | None = None
+    total = warmup + runs
     with torch.no_grad():
-        for i in range(warmup + runs):
-            current = iteration.queue(_call_with(model, inputs(i, warmup if i >= warmup else 0)))
-            if i - warmup in keep:
-                result.kept.append(_snapshot(current.out))  # queued behind the call, outside its events
-            # Call i is queued: only now wait for call i-1 (see the module docstring).
-            if previous is not None:
-                _record(result, previous, warmup=i - 1 < warmup)
-            previous = current
-        if previous is not None:
-            _record(result, previous, warmup=warmup + runs - 1 < warmup)
-        iteration.finish()
+        if device.type == "cuda":
+            gpu = _gpu_timer(device)
+            pairs = gpu.pairs(total)
+            for i in range(total):
+                args = inputs(i, warmup if i >= warmup else 0)
+                start, end = pairs[i]
+                stream = _current_stream()
+                gpu.flush.zero_()
+                _EventBase.record(start, stream)
+                out = model(*args)
+                _EventBase.record(end, stream)
+                if i - warmup in keep:
+                    result.kept.append(_snapshot(out))  # queued behind the call's end event
+            _cuda_sync()
+            device_ms = [_EventBase.elapsed_time(start, end) for start, end in pairs]
+        else:
+            device_ms = []
+            for i in range(total):
+                args = inputs(i, warmup if i >= warmup else 0)
+                t0 = _perf_counter()
+                out = model(*args)
+                device_ms.append((_perf_counter() - t0) * 1e3)
+                if i - warmup in keep:
+                    result.kept.append(_snapshot(out))
+    result.warmup_runs, result.device_ms = warmup, device_ms[warmup:]
     return result
-
-
-def _record(result: TimingSamples, done: _Queued, *, warmup: bool) -> None:
-    device_ms = done.elapsed_ms()
-    if warmup:
-        result.warmup_runs += 1
-    else:
-        result.device_ms.append(device_ms)

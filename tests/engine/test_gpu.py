@@ -131,3 +131,34 @@ def test_coverage_on_gpu_counts_hidden_pytorch_compute(run_eval):
     assert full.status == EvalStatus.rejected
     assert any(hit.rule == "KJ-R11-library-compute" for hit in full.rules), full.rules
     assert PolicyConfig().profile is None  # the default profile is the problem's, else partial
+
+
+def test_a_call_whose_host_work_outlasts_the_flush_is_timed_at_its_device_time():
+    """The timer queues a block's calls without synchronising between them (sandbox_side/timing/timer.py), so
+    300 us of host work before a 1 ms kernel is hidden behind the calls queued ahead; with a synchronisation
+    after every call only the flush (85 us on an H100) covered it, and the sample grew by the rest."""
+    import statistics
+    import time
+
+    import torch
+
+    from sandbox_side.timing import timer
+
+    device = torch.device("cuda")
+    spin = torch.empty(1, device=device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    kernel_ms = start.elapsed_time(end)
+
+    def slow_host(x):
+        until = time.perf_counter() + 300e-6
+        while time.perf_counter() < until:
+            pass
+        torch.cuda._sleep(1_000_000)
+        return x
+
+    samples = timer.time_model(slow_host, [[spin]], device, runs=40, warmup=2).device_ms
+    assert statistics.median(samples) < kernel_ms + 0.05, (statistics.median(samples), kernel_ms)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from worker.engine.gpu_schedule import GpuSchedule
 
 
@@ -145,3 +148,86 @@ def test_the_gpu_monitor_integrates_busy_time_and_keeps_the_memory_peak():
     assert gpu0.memory_peak == 0.95 and gpu0.memory_share == 0.25
     assert monitor.reading(1).memory_used_bytes == 1000 * 1024**2
 
+
+
+class _Sandbox:
+    """A Pausable that records its pauses (SandboxProcess.paused freezes a real one: tests/sandbox)."""
+
+    def __init__(self, running: bool = True) -> None:
+        self.running = running
+        self.paused_now = False
+        self.pauses = 0
+
+    @contextlib.contextmanager
+    def paused(self):
+        if not self.running:
+            yield "not paused: the sandbox is not running"
+            return
+        self.paused_now, self.pauses = True, self.pauses + 1
+        try:
+            yield "frozen (test)"
+        finally:
+            self.paused_now = False
+
+
+def _in_thread(body) -> None:
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+
+
+def test_a_neighbour_of_the_device_is_paused_while_another_thread_times_and_resumed_after():
+    schedule = GpuSchedule("gpu0")
+    starting = _Sandbox()
+    with schedule.neighbour(starting):
+        seen = []
+
+        def timing():
+            with schedule.exclusive():
+                with schedule.exclusive():  # re-entrant: still paused after the inner release
+                    seen.append(starting.paused_now)
+                seen.append(starting.paused_now)
+            seen.append(starting.paused_now)
+
+        _in_thread(timing)
+        assert seen == [True, True, False] and schedule.neighbour_pauses == 1
+        # Shared stages beside it do not pause it: only a timing does.
+        with schedule.shared():
+            assert not starting.paused_now
+
+
+def test_a_neighbour_registered_while_a_job_times_is_paused_at_once_and_let_go_when_it_leaves():
+    schedule = GpuSchedule("gpu0")
+    sandbox = _Sandbox()
+    holding, leave = threading.Event(), threading.Event()
+
+    def timing():
+        with schedule.exclusive():
+            holding.set()
+            leave.wait()
+
+    thread = threading.Thread(target=timing)
+    thread.start()
+    holding.wait()
+    with schedule.neighbour(sandbox):
+        assert sandbox.paused_now
+    assert not sandbox.paused_now  # leaving the block resumes it, the timing still on
+    leave.set()
+    thread.join()
+
+
+def test_the_holders_own_neighbours_and_sandboxes_not_running_yet_are_not_paused():
+    schedule = GpuSchedule("gpu0")
+    mine, unstarted = _Sandbox(), _Sandbox(running=False)
+    with schedule.neighbour(mine), schedule.neighbour(unstarted):
+        with schedule.exclusive():  # e.g. the baseline worker timing what it compiled
+            assert not mine.paused_now
+        unstarted.running = True
+        seen = []
+
+        def timing():
+            with schedule.exclusive():
+                seen.append(unstarted.paused_now)  # tried again at the next timing, now that it runs
+
+        _in_thread(timing)
+    assert seen == [True] and mine.pauses == 1 and unstarted.pauses == 1

@@ -14,16 +14,28 @@ exclusively, `reward` lets it go, any other device stage holds it shared, except
 itself: a judge generating holds it shared step by step (reference/generate_hold.py), the baseline worker compiles under
 `background()` and times under `exclusive()`; `exclusive()` is re-entrant in the thread holding
 it, so taking it inside a job's timing stage does not deadlock.
+
+Neighbours: device work that no job's stage covers and that cannot hold the device for its length (a
+warm runner's or a judge's start, which set up CUDA and the profiler; the baseline worker's torch.compile,
+whose autotuning runs kernels for seconds) is registered with `neighbour(process)`, and its sandbox is
+paused (frozen) while any other thread holds the device exclusively. Two CUDA contexts on one GPU share it
+by time slices: such work beside a timing window stretched an honest CUDA conv's blocks by 5 ms a call
+(the clock check failed its first window) on an H100 under a batch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from worker.engine.stage import Stage
+
+log = logging.getLogger(__name__)
 
 # Waits inside a job's device stages that must not hold the device: for its problem's judge being
 # started ahead (judge_start), and for its problem's compile baseline (baseline_worker), both of which
@@ -36,6 +48,22 @@ EXCLUSIVE_STAGES = frozenset({Stage.timing})
 # From this stage on, every device stage of the job holds the device exclusively: the engine runs a job
 # again alone when it ran out of device memory while sharing it (worker/engine/device_stage.py).
 ALONE_STAGE = Stage.alone
+
+
+NOT_PAUSED = "not paused"  # how SandboxProcess.paused says it had nothing to pause
+
+
+class Pausable(Protocol):
+    """A sandbox that can be paused (worker/engine/sandbox/process.SandboxProcess.paused)."""
+
+    def paused(self) -> AbstractContextManager[str]: ...
+
+
+@dataclass
+class _Neighbour:
+    process: Pausable
+    thread: int  # the registering thread: never paused by its own exclusive hold
+    pause: ExitStack | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +97,11 @@ class GpuSchedule:
         self._waiting_shared = 0
         self._waiting_exclusive = 0
         self._lane_jobs = 0  # jobs the lane holds (claimed, not finished): the pipeline says
+        # Neighbours (see the module docstring), paused and resumed under their own lock: freezing a sandbox
+        # may take a moment, and nothing else of the schedule waits for it.
+        self._neighbours: dict[int, _Neighbour] = {}
+        self._neighbours_lock = threading.Lock()
+        self.neighbour_pauses = 0  # neighbours paused for another thread's exclusive hold, in all
 
     def state(self) -> ScheduleState:
         with self._cond:
@@ -134,15 +167,74 @@ class GpuSchedule:
             self._waiting_exclusive -= 1
             self._owner, self._depth = me, 1
             self._cond.notify_all()
+        self._pause_neighbours(me)
 
     def release_exclusive(self) -> None:
         with self._cond:
             if self._owner != threading.get_ident():
                 raise RuntimeError(f"{self.name}: exclusive release by a thread that does not hold it")
-            self._depth -= 1
-            if self._depth == 0:
-                self._owner = None
+            last = self._depth == 1
+            if not last:
+                self._depth -= 1
+                return
+        # Resumed and let go under the neighbours' lock: a neighbour registering meanwhile sees the device free,
+        # and a thread that takes it next pauses them all again.
+        with self._neighbours_lock:
+            for entry in self._neighbours.values():
+                self._resume(entry)
+            with self._cond:
+                self._depth, self._owner = 0, None
                 self._cond.notify_all()
+
+    # -- neighbours (see the module docstring) --------------------------------------------
+    @contextmanager
+    def neighbour(self, process: Pausable) -> Iterator[None]:
+        """`process` does device work outside every job's stage inside this block: it is paused while another
+        thread holds the device exclusively (at once, if one does now)."""
+        me = threading.get_ident()
+        entry = _Neighbour(process, me)
+        with self._neighbours_lock:
+            self._neighbours[id(entry)] = entry
+            with self._cond:
+                owner = self._owner
+            if owner is not None and owner != me:
+                self._pause(entry)
+        try:
+            yield
+        finally:
+            with self._neighbours_lock:
+                self._neighbours.pop(id(entry), None)
+                self._resume(entry)
+
+    def _pause_neighbours(self, owner: int) -> None:
+        with self._neighbours_lock:
+            for entry in self._neighbours.values():
+                if entry.thread != owner:
+                    self._pause(entry)
+
+    def _pause(self, entry: _Neighbour) -> None:
+        if entry.pause is not None:
+            return
+        stack = ExitStack()
+        try:
+            how = stack.enter_context(entry.process.paused())
+        except Exception:  # noqa: BLE001 - a sandbox that cannot be paused must not stop the timing
+            log.exception("%s: could not pause a neighbour of the device", self.name)
+            stack.close()
+            return
+        if how.startswith(NOT_PAUSED):  # not started yet, or gone: the next exclusive hold tries again
+            stack.close()
+            return
+        entry.pause = stack
+        self.neighbour_pauses += 1
+
+    def _resume(self, entry: _Neighbour) -> None:
+        stack, entry.pause = entry.pause, None
+        if stack is not None:
+            try:
+                stack.close()
+            except Exception:  # noqa: BLE001 - the others are resumed all the same
+                log.exception("%s: could not resume a neighbour of the device", self.name)
 
     @contextmanager
     def shared(self) -> Iterator[None]:
@@ -210,3 +302,8 @@ class DeviceLease:
         elif wanted == "exclusive":
             self.schedule.acquire_exclusive()
         self.held = wanted
+
+
+def as_neighbour(schedule: GpuSchedule | None, process: Pausable) -> AbstractContextManager[None]:
+    """`schedule.neighbour(process)`, or nothing where there is no device schedule (CPU, the engine alone)."""
+    return schedule.neighbour(process) if schedule is not None else contextlib.nullcontext()

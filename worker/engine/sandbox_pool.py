@@ -27,6 +27,7 @@ from pathlib import Path
 
 from contract.statuses import Device, SandboxKind
 from worker.engine.engine_settings import EngineSettings
+from worker.engine.gpu_schedule import as_neighbour
 from worker.engine.launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from worker.engine.sandbox import IsolationConfig, ResourceLimits, SandboxUnavailable
 
@@ -237,7 +238,8 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
     """Start one candidate runner and wait until it is warm (SandboxUnavailable / UserFailure).
 
     It starts (imports torch and Triton) on the build cores, at normal priority, so that a start
-    never competes with a job timing on the lane's reserved cores; a job moves it there."""
+    never competes with a job timing on the lane's reserved cores; a job moves it there. Its start is a
+    neighbour of the device (gpu_schedule): paused while a job is timed."""
     slot = _slot_folder()
     (slot / "ext").mkdir()
     limits = ResourceLimits(cpu_s=POOLED_CPU_S,
@@ -251,7 +253,9 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
     runner = WarmRunner(session, slot)
     try:
         runner.session.process.start()
-        runner.session.wait_ready(time.monotonic() + READY_TIMEOUT_S)
+        # Its CUDA and profiler set-up touch the device outside any job's stage: paused while a job is timed.
+        with as_neighbour(settings.gpu_schedule, runner.session.process):
+            runner.session.wait_ready(time.monotonic() + READY_TIMEOUT_S)
     except (SandboxUnavailable, UserFailure):
         runner.close()
         raise

@@ -40,6 +40,7 @@ from sandbox_side.runtime.messages import (
     VariantsMade,
 )
 from worker.engine.engine_settings import EngineSettings
+from worker.engine.gpu_schedule import as_neighbour
 from worker.engine.launch import RunnerConfig, RunnerPaths, RunnerSession, UserFailure
 from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.sandbox import ResourceLimits
@@ -158,11 +159,13 @@ class JudgeSession:
         JudgeStartFailure when the judge's runtime did not come up (nothing of the reference had run: the
         harness's failure, e.g. a GPU the sandbox cannot use); UserFailure when the reference's import fails."""
         self.session.process.start()
-        try:
-            self.session.wait_ready(deadline)
-        except UserFailure as failure:
-            raise JudgeStartFailure(failure) from failure
-        self.session.load(self.reference, deadline)
+        # Its CUDA set-up touches the device outside any job's stage: paused while a job is timed.
+        with as_neighbour(self.settings.gpu_schedule, self.session.process):
+            try:
+                self.session.wait_ready(deadline)
+            except UserFailure as failure:
+                raise JudgeStartFailure(failure) from failure
+            self.session.load(self.reference, deadline)
 
     def generate(self, seeds: dict[str, Any], deadline: float, *, shape_max_bytes: int,
                  hold: GenerateHold | None = None) -> GeneratedReference:

@@ -11,8 +11,9 @@ the timing window takes its turn on the device like a job's.
 1. start the judge (the reference on one trial's inputs and the timing pool's; fresh secret seeds,
    nothing of them kept) on the build cores, generating under the device's shared hold;
 2. compile the reference with torch.compile (default mode) and check its output on the first trial
-   against the eager one (sandbox_side/judging/compiled_reference.py); the compile is host work of 10-60 s,
-   so it holds nothing on the device: it starts only while nobody times (GpuSchedule.background);
+   against the eager one (sandbox_side/judging/compiled_reference.py); the compile is mostly host work of
+   10-60 s, so it holds nothing on the device: it starts only while nobody times (GpuSchedule.background),
+   and its judge is paused while a job is timed (GpuSchedule.neighbour: Inductor's autotuning runs kernels);
 3. time the eager and the compiled reference interleaved in one exclusive window (a calibration run
    of each, then alternating blocks, eager-compiled then compiled-eager, so that drift cancels), and
 4. persist both medians and run counts (baselines.CompileBaselineRecord, and the eager timing as a
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 
 from contract.requests import EvalOptions
 from worker.engine.engine_settings import EngineSettings
+from worker.engine.gpu_schedule import as_neighbour
 from worker.engine.launch import UserFailure
 from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import JudgeSession
@@ -81,14 +83,18 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
         else socket.gethostname()
     try:
         judge.launch(deadline)
-        generated = judge.generate(seeds, deadline, shape_max_bytes=0, hold=GenerateHold.on_schedule(schedule))
-        key = BaselineKey.of(task.reference, opts.device.value, generated.environment.get("gpu_name"))
-        with schedule.background() if schedule is not None else contextlib.nullcontext():
-            try:
-                compiled = judge.compile(deadline)
-            except UserFailure as failure:
-                reason = f"torch.compile of the reference broke the judge ({failure.kind}): {failure.message[:500]}"
-                return key, [CompileBaselineRecord(False, time.time(), reason, measured_on=measured_on)]
+        # The compile runs kernels (Inductor's autotuning, the compiled graph's check) for seconds without holding
+        # the device: the judge is paused while a job is timed (gpu_schedule's neighbours).
+        with as_neighbour(schedule, judge.session.process):
+            generated = judge.generate(seeds, deadline, shape_max_bytes=0, hold=GenerateHold.on_schedule(schedule))
+            key = BaselineKey.of(task.reference, opts.device.value, generated.environment.get("gpu_name"))
+            with schedule.background() if schedule is not None else contextlib.nullcontext():
+                try:
+                    compiled = judge.compile(deadline)
+                except UserFailure as failure:
+                    reason = (f"torch.compile of the reference broke the judge ({failure.kind}): "
+                              f"{failure.message[:500]}")
+                    return key, [CompileBaselineRecord(False, time.time(), reason, measured_on=measured_on)]
         if not compiled.available:
             return key, [CompileBaselineRecord(False, time.time(), compiled.reason or "not available",
                                                compile_s=compiled.compile_s, measured_on=measured_on)]

@@ -54,6 +54,7 @@ class Attribution:
     report: CoverageReport
     truncated: bool = False
     forward_gpu_ms: float = 0.0  # busy time of the forward's kernels (GPU only)
+    traced_alone: bool = False  # traced with the device held exclusively (device_stage._trace_alone)
     library_records: list[KernelSummary] = field(default_factory=list)
     # CPU: what the Triton interpreter counted in the traced call (sandbox_side/runtime/kernel_trace.py): the
     # bytes its loads read and the host time of Triton launches (the physics rule, worker/engine/verdict/physics.py).

@@ -125,17 +125,24 @@ def _stream_and_clock_rules(obs: Observations) -> list[RuleHit]:
     # The reported (event-timed) median against the GPU time the profiler saw the forward's kernels
     # take: both are device clocks, so CPU load and other jobs on the host do not move the check. It
     # resolves microseconds, where the supervisor's clock (KJ-R20, clock_check) cannot.
-    dev, noise = obs.candidate_device_median_ms, NOISE_SIGMAS * obs.candidate_device_std_ms
-    if attribution and dev is not None and attribution.forward_gpu_ms > 0:
+    dev = obs.candidate_device_median_ms
+    if attribution and dev is not None:
         gpu = attribution.forward_gpu_ms
-        if dev < CLOCK_RATIO * gpu and gpu - dev > max(CLOCK_MIN_GAP_MS, noise):
+        if trace_disagrees(dev, obs.candidate_device_std_ms, gpu):
             hits.append(RuleHit(
                 rule="KJ-R04-timing-disagrees-with-wall-clock", severity="reject",
                 message="the candidate's reported time is far below the GPU time its kernels took: its timing "
                         "samples were forged",
-                evidence=f"reported median {dev:.4f} ms, kernels busy {gpu:.4f} ms in a traced call",
+                evidence=f"reported median {dev:.4f} ms, kernels busy {gpu:.4f} ms in a traced call"
+                         + (" with the device held alone" if attribution.traced_alone else ""),
             ))
     return hits
+
+
+def trace_disagrees(median_ms: float, std_ms: float, traced_gpu_ms: float) -> bool:
+    """KJ-R04's test: the timed median far below the GPU time one traced call's kernels were busy."""
+    return traced_gpu_ms > 0 and median_ms < CLOCK_RATIO * traced_gpu_ms \
+        and traced_gpu_ms - median_ms > max(CLOCK_MIN_GAP_MS, NOISE_SIGMAS * std_ms)
 
 
 def _stream_escapes(report: CoverageReport) -> list[str]:
