@@ -210,7 +210,8 @@ def run_round(service: Service, rows: list[Row], options: dict, rng: random.Rand
                 f"round {len(row.verdicts)}: speedup {result.speedup:.3f} [{low:.3f}, {high:.3f}], {timing.pairs} pairs, "
                 f"reference {timing.reference.median_ms:.4f} ms (n {timing.reference.n}), candidate "
                 f"{timing.candidate.median_ms:.4f} ms (n {timing.candidate.n}), window "
-                f"{result.stages.get('timing', 0.0):.2f} s")
+                f"{result.stages.get('timing', 0.0):.2f} s, host time to queue a call: reference "
+                f"{_fmt(timing.reference_queue_ms, '.4f')} ms, candidate {_fmt(timing.candidate_queue_ms, '.4f')} ms")
 
 
 def main(argv: list[str] | None = None) -> int:

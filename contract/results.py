@@ -229,6 +229,12 @@ class TimingReport(BaseModel):
         "Candidate time per call seen from outside its process: the supervisor's clock around its timing "
         "blocks, less the per-call time the reference spends outside its samples (see clock_check)."))
     clock_check: ClockCheckReport | None = None
+    reference_queue_ms: float | None = Field(default=None, description=(
+        "The reference's host time per call to queue its timed blocks (its launches and the timer's loop; median "
+        "over the blocks, as its process reported it). Where it exceeds the device time per call (the median "
+        "plus the L2 flush), the calls were launch-bound and their samples count launch gaps. Diagnostic only."))
+    candidate_queue_ms: float | None = Field(default=None, description=(
+        "The same for the candidate. Reported by the candidate's own process: never evidence for a verdict."))
     reference_age_s: float | None = Field(default=None, description=(
         "Age of the reference timing used, in seconds: 0, the reference is timed in every job, interleaved "
         "with the candidate."))

@@ -378,6 +378,7 @@ class Timing(Reply):
     device_ms: list[float]
     warmup_runs: int = 0
     tampered: list[str] = field(default_factory=list)
+    queue_ms_per_call: float | None = None  # the host's time per call to queue the block (GPU; diagnostic only)
 
 
 @dataclass

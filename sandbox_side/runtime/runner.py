@@ -238,6 +238,7 @@ class Runner:
             raise classify(exc, "while timing forward") from exc
         self._keep_timed(samples.kept)
         self.channel.reply(Timing(device_ms=samples.device_ms, warmup_runs=samples.warmup_runs,
+                                  queue_ms_per_call=samples.queue_ms_per_call,
                                   tampered=self.integrity.changed()))
 
     def _keep_timed(self, outputs: list) -> None:

@@ -56,6 +56,9 @@ class TimingSamples:
     warmup_runs: int = 0
     # Copies of the outputs of the calls the supervisor asked to keep, in call order (re-checked by the judge).
     kept: list[object] = field(default_factory=list)
+    # GPU: the host's time per call to queue the block (first call queued to last end event recorded). Over
+    # the device's time per call (sample and flush), the calls were launch-bound: their samples hold launch gaps.
+    queue_ms_per_call: float | None = None
 
 
 class InputVariants:
@@ -158,6 +161,7 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
         if device.type == "cuda":
             gpu = _gpu_timer(device)
             pairs = gpu.pairs(total)
+            queued_from = _perf_counter()
             for i in range(total):
                 args = inputs(i, warmup if i >= warmup else 0)
                 start, end = pairs[i]
@@ -168,6 +172,7 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
                 _EventBase.record(end, stream)
                 if i - warmup in keep:
                     result.kept.append(_snapshot(out))  # queued behind the call's end event
+            result.queue_ms_per_call = (_perf_counter() - queued_from) * 1e3 / total
             _cuda_sync()
             device_ms = [_EventBase.elapsed_time(start, end) for start, end in pairs]
         else:

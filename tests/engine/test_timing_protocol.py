@@ -123,3 +123,17 @@ def test_extra_pairs_stop_at_twice_the_timing_budget():
     assert len(window.pairs) < MAX_PAIRS_TOTAL
     # It stops at the first pair past the limit: at most one pair's time over it.
     assert spent < EXTRA_BUDGET * options.timing_budget_s + 2 * window.runs_per_block * 20.0 * 1.3 / 1e3
+
+
+def test_a_runners_queue_time_is_kept_as_a_diagnostic_and_a_nonsense_one_is_dropped():
+    from sandbox_side.runtime.messages import Timing
+    from worker.engine.timing.timing_protocol import PairedWindow, TimedBlock
+
+    def block(queue):
+        return TimedBlock.from_reply(Timing(device_ms=[1.0, 1.1], queue_ms_per_call=queue), runs=2, warmup=1,
+                                     wall_s=0.01)
+
+    assert block(0.25).queue_ms == 0.25
+    assert block(float("nan")).queue_ms is None and block(-1.0).queue_ms is None and block(None).queue_ms is None
+    window = PairedWindow((block(0.1), block(0.2)), [(block(0.1), block(0.3)), (block(None), block(0.5))], 2)
+    assert window.queue_ms(0) == 0.1 and window.queue_ms(1) == 0.4

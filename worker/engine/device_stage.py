@@ -613,6 +613,7 @@ class DeviceStage:
             device=(self.builder.environment.gpu_name if self.builder.environment else None) or opts.device.value,
             reference=window.reference_stats, candidate=cand_stats, speedup=speedup, speedup_ci95=speedup_ci,
             pairs=len(window.pairs), candidate_host_median_ms=clock.supervisor_ms, clock_check=clock,
+            reference_queue_ms=window.queue_ms(0), candidate_queue_ms=window.queue_ms(1),
             reference_age_s=0.0,
         )
         self._add_compile_timing(timing, entry, window, deadline, compile_missing)

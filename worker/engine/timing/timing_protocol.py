@@ -56,6 +56,8 @@ class TimedBlock:
     warmup: int
     wall_s: float
     tampered: list[str] = field(default_factory=list)
+    # The runner's own time per call to queue the block (GPU): diagnostic only, never evidence for a verdict.
+    queue_ms: float | None = None
 
     @classmethod
     def from_reply(cls, reply: Timing, *, runs: int, warmup: int, wall_s: float) -> TimedBlock:
@@ -63,7 +65,9 @@ class TimedBlock:
         if len(samples) != runs or not all(math.isfinite(x) and x > 0 for x in samples):
             # No call takes no time (a device event pair alone measures microseconds): zero is a forgery.
             raise UserFailure(FailureKind.protocol, f"timing reply does not hold {runs} finite, positive samples")
-        return cls(list(samples), warmup, wall_s, list(reply.tampered))
+        queue = reply.queue_ms_per_call
+        queue = float(queue) if isinstance(queue, (int, float)) and math.isfinite(queue) and queue >= 0 else None
+        return cls(list(samples), warmup, wall_s, list(reply.tampered), queue)
 
     @property
     def calls(self) -> int:
@@ -102,6 +106,12 @@ class PairedWindow:
     @property
     def candidate_stats(self) -> TimingStats:
         return timing_stats.summarize(self.candidate_ms)
+
+    def queue_ms(self, side: int) -> float | None:
+        """Median over the timed pairs of one side's (0: reference, 1: candidate) host time per call to queue
+        its block, as its runner reported it (None where none did)."""
+        values = [queue for pair in self.pairs if (queue := pair[side].queue_ms) is not None]
+        return statistics.median(values) if values else None
 
     def speedup(self) -> tuple[float, tuple[float, float]]:
         """Median of the pairs' ratios, and its 95% interval."""
