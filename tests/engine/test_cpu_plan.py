@@ -89,3 +89,34 @@ def test_without_smt_the_plan_is_unchanged_and_the_sysfs_topology_is_read():
     cpu = sorted(os.sched_getaffinity(0))[0]
     assert cpu in thread_siblings(cpu)
     assert thread_siblings(10**6) == (10**6,)  # no such core: just itself
+
+
+def test_the_supervisors_threads_leave_the_reserved_cores_and_threads_it_starts_later_inherit_that():
+    import threading
+
+    from worker.engine.cpu_plan import CpuPlan, confine_supervisor
+
+    before = {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")}
+    first = min(os.sched_getaffinity(0))
+    waiting, go = threading.Event(), threading.Event()
+    older = threading.Thread(target=lambda: (waiting.set(), go.wait()))
+    older.start()
+    waiting.wait()
+    try:
+        assert not confine_supervisor(CpuPlan())  # no reservation, nothing moved
+        assert confine_supervisor(CpuPlan(lane_cpus=(first + 1,), build_cpus=(first,)))
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+        assert all(os.sched_getaffinity(tid) == {first} for tid in tids)  # the thread started before too
+        seen = []
+        later = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+        later.start()
+        later.join()
+        assert seen == [{first}]
+    finally:
+        go.set()
+        older.join()
+        for tid, cpus in before.items():
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass

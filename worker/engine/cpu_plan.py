@@ -10,7 +10,8 @@ ran on the reserved cores too: on a 16-core H100 host 2 cores carried every job'
 copies, the candidate stage took 8-12 s and the GPU was 4% busy.
 
 Processes start with their affinity and nice value set before exec (sandbox/process.py applies a
-SandboxSpec's `cpus` and `nice`); `pin_process_tree` moves a running one. The reservation is per lane
+SandboxSpec's `cpus` and `nice`); `pin_process_tree` moves a running one. The supervisor's own threads
+stay off the reserved cores too (`confine_supervisor`, when a lane starts). The reservation is per lane
 (one per GPU):
 `KERNELJUDGE_RESERVED_CPUS` gives it explicitly (`0-1;2-3`: lane 0 gets 0-1, lane 1 gets 2-3),
 `auto` reserves `KERNELJUDGE_LANE_CPUS` (2) cores per lane when the host has at least four times
@@ -141,19 +142,35 @@ def pin_process_tree(root: int | None, cpus: tuple[int, ...]) -> bool:
         return False
     moved = False
     for pid in descendants(root):
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                os.sched_setaffinity(int(tid), cpus)
-                moved = True
-            except OSError:
-                continue
+        moved = _pin_threads(pid, cpus) or moved
     if not moved:
         log.warning("could not move process %s to cores %s", root, cpus)
     return moved
+
+
+def _pin_threads(pid: int, cpus: tuple[int, ...]) -> bool:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    moved = False
+    for tid in tasks:
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+            moved = True
+        except OSError:
+            continue
+    return moved
+
+
+def confine_supervisor(plan: CpuPlan) -> bool:
+    """Every thread of this process (the supervisor: API, pipelines, pipe readers, the store) on the cores no
+    lane reserves; threads it starts later inherit that. Its sandboxes keep their own (each is started with
+    its cores, and the timed two move to the lane's for their window). Without this, the supervisor's busy
+    threads ran on the reserved cores too, beside the timed launch path. Nothing to do without a reservation."""
+    if not plan.reserved or not plan.build_cpus:
+        return False
+    return _pin_threads(os.getpid(), plan.build_cpus)
 
 
 @contextmanager

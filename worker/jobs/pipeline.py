@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from worker.config.pipeline_section import DEFAULT_BURST, DEFAULT_DEVICE_CONCURRENCY, DEFAULT_STALL_S
 from worker.config.tree import KernelJudgeConfig, load_config
 from worker.engine.build.pool import build_slots
+from worker.engine.cpu_plan import confine_supervisor
 from worker.engine.engine_settings import EngineSettings
 from worker.engine.gpu_monitor import memory_share_of
 from worker.engine.gpu_schedule import GpuSchedule
@@ -532,6 +533,7 @@ def _configure_lane(settings, pipeline: JobPipeline, identity: WorkerIdentity, i
         plan = settings.cpu_plan()
         log.info("lane %d of %d (%s): times on cores %s, builds and correctness stages on %s", index, lanes,
                  identity.device, list(plan.lane_cpus) or "any", list(plan.build_cpus) or "any")
+        confine_supervisor(plan)
 
 
 class JobPipeline:
