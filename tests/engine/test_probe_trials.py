@@ -60,10 +60,12 @@ def test_a_half_precision_cast_inside_a_reduction_is_flagged_by_a_probe(run_eval
     hit = next(h for h in result.rules if h.rule == "KJ-R12-precision-loss")
     assert "probe 'scaled'" in hit.evidence and "candidate" in hit.evidence and "reference" in hit.evidence
     scaled = _probe(result, "scaled")
-    assert scaled.outcome == "flag" and scaled.ratio > 16 * PROBE_RATIO and "lower precision" in scaled.message
+    assert scaled.outcome == "flag" and scaled.ratio > PROBE_RATIO and "lower precision" in scaled.message
     # ~1000x the reference's error on the problem's inputs: at most borderline there (KJ-R12 also wants 1024
-    # ulps); several thousand to 1e6x on the scaled probe, depending on the secret draw of the inputs.
-    assert scaled.ratio > 4 * result.correctness.precision.ratio
+    # ulps). On the scaled probe it is 6e4-3e5x on most secret draws, but one draw in the full suite gave 960x:
+    # the flag, not its margin, is what every draw guarantees. The fixed draw keeps the margin.
+    if seed is not None:
+        assert scaled.ratio > 16 * PROBE_RATIO and scaled.ratio > 4 * result.correctness.precision.ratio
 
 
 @pytest.mark.parametrize("case", ["honest_triton_mean_tree", "honest_triton_mean_kahan"])
