@@ -217,3 +217,37 @@ def test_each_sandbox_of_a_root_service_gets_a_freezer_group_it_joins_and_gives_
     finally:
         identity.release()
     assert not group.exists() and identity.freezer_cgroup is None
+
+
+def test_a_real_sandbox_registered_as_a_neighbour_of_the_device_runs_nothing_while_another_thread_times(busy):
+    """GpuSchedule.neighbour with a real SandboxProcess: frozen (or stopped) for another thread's exclusive
+    hold, running again after it; a sandbox not started yet says so in the words the schedule reads."""
+    import threading
+
+    from worker.engine.gpu_schedule import NOT_PAUSED, GpuSchedule
+
+    process, pids = busy
+    spinning = _spinners(process, pids)
+    schedule = GpuSchedule("gpu0")
+    ran_while_timed = []
+
+    def timing():
+        with schedule.exclusive():
+            paused_at = _tree_cpu_ns(process.pid)
+            watched_until = time.monotonic() + OBSERVE_S
+            while time.monotonic() < watched_until:
+                ran_while_timed.append(_tree_cpu_ns(process.pid) != paused_at)
+            ran_while_timed.append(paused_at)
+
+    with schedule.neighbour(process):
+        thread = threading.Thread(target=timing)
+        thread.start()
+        thread.join()
+        paused_at = ran_while_timed.pop()
+        assert ran_while_timed and not any(ran_while_timed), "a process of the paused neighbour ran"
+        assert schedule.neighbour_pauses == 1
+        assert _spins_again({pid: paused_at[pid] for pid in spinning})
+    unstarted = SandboxProcess(SandboxSpec(env={}, limits=ResourceLimits()), [sys.executable, "-c", "pass"],
+                               name="unstarted")
+    with unstarted.paused() as how:
+        assert how.startswith(NOT_PAUSED)

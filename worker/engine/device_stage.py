@@ -397,14 +397,8 @@ class DeviceStage:
         # Not after a failed doubled-batch trial: that may also have broken the CUDA context.
         if not report.passed or self._shape_failure:
             return []
-        try:
-            with self.builder.stage(Stage.trace):
-                traced = runner.session.request(Trace(), Traced, run.deadline)
-        except UserFailure as failure:
-            self._note_memory(failure)
-            raise _JobEnds(self.builder.candidate_failure(failure, during="kernel trace")) from failure
-        self._attribution = attribute(traced.events, own_kernel_names(self.prepared.request.candidate),
-                                      self.options.device.value)
+        with self.builder.stage(Stage.trace):
+            self._attribution, tampered = self._traced_call(runner, run.deadline)
         if self._attribution is None:
             log.warning("the kernel trace recorded no GPU activity; attribution skipped (is CUPTI usable?)")
             self.builder.extra.attribution_skipped = "the profiler recorded no GPU activity"
@@ -412,7 +406,18 @@ class DeviceStage:
             self.builder.coverage = self._attribution.report
             if self._attribution.truncated:
                 self.builder.extra.trace_truncated = True
-        return list(traced.tampered)
+        return tampered
+
+    def _traced_call(self, runner: WarmRunner, deadline: float) -> tuple[Attribution | None, list[str]]:
+        """One call of the candidate under the kernel trace: its attribution (None: no GPU activity recorded)
+        and what the call tampered with."""
+        try:
+            traced = runner.session.request(Trace(), Traced, deadline)
+        except UserFailure as failure:
+            self._note_memory(failure)
+            raise _JobEnds(self.builder.candidate_failure(failure, during="kernel trace")) from failure
+        return (attribute(traced.events, own_kernel_names(self.prepared.request.candidate), self.options.device.value),
+                list(traced.tampered))
 
     def _trace_alone(self, runner: WarmRunner, deadline: float) -> None:
         """The call traced again while the job holds the device alone (inside its timing window), for KJ-R04:
@@ -420,12 +425,7 @@ class DeviceStage:
         kernel (an honest 0.63 ms GEMM read 2.86 ms busy on an H100). A forger's kernels take their time
         on a quiet device too."""
         assert self._attribution is not None
-        try:
-            traced = runner.session.request(Trace(), Traced, deadline)
-        except UserFailure as failure:
-            self._note_memory(failure)
-            raise _JobEnds(self.builder.candidate_failure(failure, during="kernel trace")) from failure
-        alone = attribute(traced.events, own_kernel_names(self.prepared.request.candidate), self.options.device.value)
+        alone, _ = self._traced_call(runner, deadline)  # tampering shows in the timing check's block that follows
         if alone is None:
             return
         self.builder.extra.trace_busy_beside_others_ms = self._attribution.forward_gpu_ms
