@@ -53,6 +53,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
+from benchmarks.host_sched import SchedSampler
+
 REPO = Path(__file__).resolve().parents[1]
 KEY = "throughput-key"
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "kernelbench-sft"
@@ -136,6 +138,7 @@ class Phase:
     server_finished: int | None = None  # the same jobs finished by the server's own store
     gpus: int = 1  # GPUs the service used (evaluations per GPU-hour divide by it)
     count_error: str | None = None  # set when the benchmark read fewer finished jobs than the server holds
+    sched: str = ""  # the host's CPU and run-queue seconds by class of thread over the batch (host_sched)
 
     def per_hour(self, gpus: int = 1) -> float:
         return len(self.outcomes) / self.wall_s * 3600 / max(gpus, 1) if self.wall_s > 0 else 0.0
@@ -477,7 +480,8 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
     service = Service(device, data_dir, broker)
     try:
         with KernelJudgeClient(service.url, KEY, timeout=600) as client, BusySampler(device) as busy, \
-                StoreWatcher(service.database, service.server_pid, service.log_path) as watch:
+                StoreWatcher(service.database, service.server_pid, service.log_path) as watch, \
+                SchedSampler(service.server_pid) as sched:
             busy_before = server_gpu_busy_s(service.url)
             entries = client.submit_many([{"reference": p.reference, "candidate": p.candidate,
                                            "options": {**options, "device": device}} for p in order])
@@ -505,6 +509,7 @@ def run_batch(phase: Phase, pairs: list[Pair], device: str, options: dict, data_
                 phase.note += f" (stalled: {watch.dumps} stack dump(s) in the server log)"
             left = record(client.get_many(list(ids)))  # read after the server's count: ours can only be larger
             cancelled = cancel_queued(client, left)
+        phase.sched = sched.summary()
         phase.busy = busy.summary()
         if busy_after and phase.wall_s > 0:  # the server's own measure over the batch
             busy_s = sum(busy_after[g] - busy_before.get(g, 0.0) for g in busy_after)
@@ -735,6 +740,10 @@ class Report:
             lines = [*self.lines, *[f"- {n}" for n in self.notes], "", self.HEADER,
                      "|" + "---|" * (self.HEADER.count("|") - 1),
                      *[row(phase, found) for phase, found in self.phases], ""]
+            for phase, _ in self.phases:
+                if phase.sched:
+                    lines += [f"Host threads during {phase.workload} ({phase.path}), by class (benchmarks/host_sched.py):",
+                              phase.sched, ""]
             lines += ["Disagreements with the serial path: " + ("none" if not self.mismatches else ""),
                       *[f"- {m}" for m in self.mismatches], ""]
             lines.append(f"Elapsed: {time.monotonic() - self.started:.0f} s" + ("" if final else " (running)") + ".")
