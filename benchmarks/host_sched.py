@@ -1,12 +1,12 @@
 """Where the host's CPU time goes during a batch, and how long each kind of work waited for a core.
 
-Every `every_s` the sampler reads each thread's /proc/PID/task/TID/stat (its nice value, its name) and
-schedstat (nanoseconds run on a core, nanoseconds runnable but waiting in a run queue) and keeps the latest.
-At the end, per class of thread, CPU seconds and run-queue seconds since the sampler started: builds run
-niced (KERNELJUDGE_BUILD_NICE), so a class is "niced" (nice > 0: the builds and their compilers), "server"
-(the service's own process) or "other" (judges, candidate runners, the spawner, the benchmark). A class
-whose waiting seconds rival its CPU seconds is starved of cores; a build that takes five times its quiet
-time on a host that is not saturated is not.
+Every `every_s` the sampler reads each thread's /proc/PID/task/TID/stat (its name) and schedstat (nanoseconds
+run on a core, nanoseconds runnable but waiting in a run queue) and keeps the latest. At the end, per class of
+thread, CPU seconds and run-queue seconds since the sampler started. A thread's class is its sandbox's role,
+read once per process from the KJ_ROLE and KJ_MODE the service puts in every sandbox's environment (inherited
+by what the sandbox starts: a build's compilers are "build"): "judge", "runner" (a candidate's), "build";
+else "server" (the service's own process) or "other" (the spawner, the benchmark, the system). A class whose
+waiting seconds rival its CPU seconds is starved of cores.
 
 A thread that ends between two samples loses what it ran since the last one (a compiler of a second or two
 is mostly seen); the figures are lower bounds, measured the same way for every class.
@@ -36,18 +36,33 @@ class ClassTotals:
                 f"{self.threads} threads (CPU s / waiting s by name: {names})")
 
 
-def read_thread(task: Path) -> tuple[int, str, int, int] | None:
-    """(nice, name, run ns, wait ns) of one thread; None if it is gone or unreadable."""
+CLASSES = ("build", "judge", "runner", "server", "other")
+ROLES = {("reference", "run"): "judge", ("candidate", "run"): "runner", ("candidate", "build"): "build"}
+
+
+def read_thread(task: Path) -> tuple[str, int, int] | None:
+    """(name, run ns, wait ns) of one thread; None if it is gone or unreadable."""
     try:
         stat = (task / "stat").read_text()
         sched = (task / "schedstat").read_text().split()
     except OSError:
         return None
     try:
-        rest = stat[stat.rindex(")") + 2:].split()
-        return int(rest[16]), stat[stat.index("(") + 1:stat.rindex(")")], int(sched[0]), int(sched[1])
+        return stat[stat.index("(") + 1:stat.rindex(")")], int(sched[0]), int(sched[1])
     except (ValueError, IndexError):
         return None
+
+
+def sandbox_role(process: Path) -> str | None:
+    """The role the service gave the sandbox this process runs in (KJ_ROLE, KJ_MODE); None outside one."""
+    try:
+        variables = dict(item.split("=", 1) for item in (process / "environ").read_text(errors="replace")
+                         .split("\0") if "=" in item)
+    except OSError:
+        return None
+    if "KJ_ROLE" not in variables:
+        return None
+    return ROLES.get((variables["KJ_ROLE"], variables.get("KJ_MODE", "run")), "other")
 
 
 class SchedSampler:
@@ -57,6 +72,7 @@ class SchedSampler:
         self.server_pid, self.every_s = server_pid, every_s
         self._start: dict[tuple[str, str], tuple[int, int]] = {}  # (pid, tid) -> run, wait ns at the start
         self._last: dict[tuple[str, str], tuple[str, str, int, int]] = {}  # -> class, name, run, wait ns
+        self._roles: dict[str, str | None] = {}  # pid -> its sandbox's role, read once
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="sched-sampler")
         self.available = (PROC / "self" / "schedstat").exists()
@@ -73,10 +89,12 @@ class SchedSampler:
         if self._thread.is_alive():
             self._thread.join(30)
 
-    def _class(self, pid: str, nice: int) -> str:
-        if nice > 0:
-            return "niced"
-        return "server" if self.server_pid is not None and pid == str(self.server_pid) else "other"
+    def _class(self, process: Path) -> str:
+        if self.server_pid is not None and process.name == str(self.server_pid):
+            return "server"
+        if process.name not in self._roles:
+            self._roles[process.name] = sandbox_role(process)
+        return self._roles[process.name] or "other"
 
     def _sample(self) -> dict[tuple[str, str], tuple[str, str, int, int]]:
         seen: dict[tuple[str, str], tuple[str, str, int, int]] = {}
@@ -87,11 +105,12 @@ class SchedSampler:
                 tasks = list((process / "task").iterdir())
             except OSError:
                 continue
+            klass = self._class(process)
             for task in tasks:
                 read = read_thread(task)
                 if read is not None:
-                    nice, name, run, wait = read
-                    seen[(process.name, task.name)] = (self._class(process.name, nice), name, run, wait)
+                    name, run, wait = read
+                    seen[(process.name, task.name)] = (klass, name, run, wait)
         return seen
 
     def _loop(self) -> None:
@@ -116,8 +135,8 @@ class SchedSampler:
         return out
 
     def summary(self) -> str:
-        """One line per class, niced first; empty where the kernel keeps no schedstat."""
+        """One line per class; empty where the kernel keeps no schedstat."""
         if not self.available:
             return ""
         totals = self.totals()
-        return "\n".join(f"- {totals[klass].line(klass)}" for klass in ("niced", "server", "other") if klass in totals)
+        return "\n".join(f"- {totals[klass].line(klass)}" for klass in CLASSES if klass in totals)
