@@ -60,6 +60,25 @@ def test_the_last_jobs_of_a_problem_held_elsewhere_are_left_to_its_lane():
     assert ClaimPolicy(per_problem=4).choose(mixed, {}, elsewhere={"A", "B", "C"}).problem_id == "B"
 
 
+def test_a_lane_claims_more_of_its_own_problems_before_opening_one_another_lane_holds():
+    """Two H100s, per_problem 2, 16 problems x 8: after 32 claims every problem was held, and each lane then
+    opened the other's problems (their in-flight count on it was 0 < 2), starting 31 judges for 16 problems."""
+    groups = _groups(("k", "A", 6), ("k", "B", 6), ("k", "C", 6), ("k", "D", 6))
+    policy = ClaimPolicy(per_problem=2, burst=16)
+    in_flight: Counter[str] = Counter()
+    for expected in ("A", "A", "B", "B"):
+        choice = policy.choose(groups, in_flight, elsewhere={"C", "D"})
+        assert choice.problem_id == expected
+        policy.claimed(choice)
+        in_flight[expected] += 1
+    # Now this lane's share of the slots for each of its problems is in flight.
+    assert policy.choose(groups, in_flight, elsewhere={"C", "D"}).problem_id == "A"
+    # A problem warm here too costs no judge: it is spread to as before.
+    assert policy.choose(groups, in_flight, warm={"C"}, elsewhere={"C", "D"}).problem_id == "C"
+    # With nothing of its own queued, the lane still opens another lane's backlog.
+    assert policy.choose(_groups(("k", "C", 6), ("k", "D", 6)), in_flight, elsewhere={"C", "D"}).problem_id == "C"
+
+
 def test_a_lower_priority_is_opened_when_every_higher_one_is_another_lanes_short_backlog():
     groups = [QueueGroup(5, "k", "A", 0.0, 2), QueueGroup(0, "k", "B", 1.0, 3)]
     choice = ClaimPolicy(per_problem=4).choose(groups, {}, elsewhere={"A"})

@@ -14,8 +14,9 @@ looked at only when every higher one is another lane's to serve, rule 2):
    different problems among the prepared jobs (pipeline.py `_next_ready`).
 2. **Otherwise open a problem, fairly.** The key served least recently by this lane goes first
    (a key with one job is not starved by a key with thousands); among that key's problems, one
-   that no other lane of the process holds (jobs in flight, its turn open) or has warm (`elsewhere`), then one
-   whose judge is already warm on this lane, then the one with the oldest job; a problem whose
+   that no other lane of the process holds (jobs in flight, its turn open) or has warm (`elsewhere`), even one
+   with its share of this lane's slots in flight already, then one whose judge is already warm on this lane,
+   then the one with the oldest job; a problem whose
    streak ran out is not opened while another can be. Opening a problem gives every problem whose
    streak ran out a new turn. A second judge of one problem on another GPU costs 10-40 s of host
    and device time (on 2 GPUs, 16 problems started 35 judges when both lanes opened the oldest),
@@ -126,11 +127,19 @@ class ClaimPolicy:
         def turn_left(problem: str) -> bool:
             return in_flight.get(problem, 0) < self.per_problem and self._streak.get(problem, 0) < self.burst
 
+        def second_judge(problem: str) -> bool:  # opening it starts a judge another GPU already has
+            return problem in elsewhere and problem not in warm
+
         eligible = [g for g in groups if turn_left(g.problem_id)] or groups
         key = min({g.api_key_id for g in eligible},
                   key=lambda k: (self._key_served.get(k, 0), min(g.oldest for g in eligible if g.api_key_id == k)))
-        problems = {g.problem_id for g in eligible if g.api_key_id == key}
-        problem = min(problems, key=lambda p: (p in elsewhere, p not in warm, oldest[p]))
+        # Within the key, a problem that costs no second judge goes first, even past its share of the lane's
+        # slots: spreading the slots over problems another lane holds started 31 judges for 16 problems on two
+        # H100s (per_problem is 2 there, so every problem was held after 32 claims and each lane then opened the
+        # other's), each judge ~45 CPU s on a host whose run queues already waited 0.7 s per CPU s.
+        problems = {g.problem_id for g in groups if g.api_key_id == key}
+        problem = min(problems, key=lambda p: (second_judge(p), not turn_left(p), p in elsewhere, p not in warm,
+                                               oldest[p]))
         # Every problem whose streak ran out gets a new turn once another problem has been opened.
         for other, streak in list(self._streak.items()):
             if other != problem and streak >= self.burst:
