@@ -134,6 +134,12 @@ class SchedSampler:
             by_name[1] += wait_s
         return out
 
+    def process(self, pid: int) -> tuple[str, float] | None:
+        """(class, CPU seconds since the start) of one process's threads as last seen; None if never seen."""
+        seen = [(klass, run - self._start.get(key, (0, 0))[0]) for key, (klass, _, run, _) in self._last.items()
+                if key[0] == str(pid)]
+        return (seen[0][0], sum(ns for _, ns in seen) / 1e9) if seen else None
+
     def summary(self) -> str:
         """One line per class; empty where the kernel keeps no schedstat."""
         if not self.available:

@@ -138,6 +138,13 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         "MKL_NUM_THREADS": threads,
         "MAX_JOBS": threads,
     }
+    if config.device == "cuda":
+        # On a GPU the host's torch ops (input sets, copies, comparisons) come one by one between host steps,
+        # and libgomp's idle threads spin after each of them by default: on a two-GPU batch judges and runners
+        # burned ~2300 CPU s on a host whose run queues waited 0.5-0.7 s per CPU s, and a loop of such ops took
+        # 2-3x the CPU time spinning (benchmarks/omp_wait.py). Passive threads sleep at once. (On a CPU device the
+        # timed work is these very threads, which spinning answers faster: left as it is there.)
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     if config.role == "reference":
         # The judge's torch.compile baseline (sandbox_side/judging/compiled_reference.py) writes its
         # Inductor cache in the judge's private /tmp: without a user name in the sandbox, Inductor's
