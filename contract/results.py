@@ -380,7 +380,9 @@ class ResultNotes(BaseModel):
     extraction: str | None = Field(
         default=None, description="How the candidate source was taken out of a raw completion (/get_reward).")
     reference_cache: Literal["hit", "miss", "off"] | None = None
-    reference_judge: str | None = Field(default=None, description="The judge was started ahead, and when.")
+    reference_judge: str | None = Field(default=None, description=(
+        "How the job got its judge: started ahead of it, waited for one busy with another job, or why it started "
+        "its own."))
     judge_start: JudgeStartNote | None = Field(
         default=None, description="Where the start of the judge this job started, or was the first to use, went.")
     precision_skipped: str | None = Field(default=None, description="Why the float64 truth was not computed.")

@@ -18,6 +18,7 @@ from worker.engine.gpu_schedule import GpuSchedule
 from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import JudgeSession
 from worker.engine.reference.judge_start import key_of, start_entry
+from worker.engine.reference.reference_cache import cache_for
 
 HOST_STEPS = {"inputs", "seal"}
 DEVICE_STEPS = {"trials", "truths", "pool", "shape", "probe_inputs", "probes", "probe_truths", "physics"}
@@ -52,6 +53,7 @@ def test_a_judge_holds_the_device_shared_over_its_device_steps_only(settings, mo
         lease.release()
     assert result.status == EvalStatus.ok, result.error
     assert result.extra.reference_cache == "miss"
+    assert result.extra.reference_judge.startswith("started its own judge: none of its problem was cached")
     assert seen == {"launch": 0}
     assert {name for name, _, _ in steps} == HOST_STEPS | DEVICE_STEPS
     for name, device, shared in steps:  # the job's own lease: shared in its device steps, nothing in the others
@@ -97,3 +99,21 @@ def test_a_timing_that_waits_has_the_device_between_two_steps_of_a_generation(se
         assert entry.start is not None and entry.start.yields == 1
     finally:
         entry.judge.close()
+
+
+def test_a_job_whose_problems_judge_stays_busy_says_why_it_started_its_own(settings):
+    """A batch's extra judges were its host's largest cost on two H100s: a job that starts one says why."""
+    request = EvalRequest(reference=_own_reference(), candidate=HONEST_SILU, options=EvalOptions(timing=False))
+    first = evaluate(request, settings=settings)
+    assert first.status == EvalStatus.ok and first.extra.reference_cache == "miss", first.error
+    cache = cache_for(settings)
+    busy = cache.checkout(key_of(request, settings))  # held, as by another job of the problem
+    assert busy is not None
+    busy.miss_cost_s = 0.05  # its start's cost bounds the wait for it
+    try:
+        second = evaluate(request, settings=settings)
+    finally:
+        cache.checkin(busy, healthy=True)
+    assert second.status == EvalStatus.ok and second.extra.reference_cache == "miss", second.error
+    assert second.extra.reference_judge.startswith("started its own judge: its problem's 1 judge(s) on this GPU "
+                                                   "stayed busy with other jobs for 0.0"), second.extra.reference_judge

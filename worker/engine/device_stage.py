@@ -249,13 +249,20 @@ class DeviceStage:
             waited = time.monotonic()
             # Every judge of the problem busy with another job: waiting for one costs less than starting another.
             entry = self.cache.checkout(key, wait_limit_s=opts.limits.run_s)
+            spent = time.monotonic() - waited
             if entry is not None:
                 notify(self.on_stage, Stage.reference)
-                spent = time.monotonic() - waited
                 if spent >= 0.01:
                     self.builder.extra.reference_judge = (
                         f"waited {spent:.2f} s for its problem's judge, busy with another job (starting another "
                         "would have taken longer)")
+            else:  # why this job starts a judge of its own (a batch's extra judges are its host's largest cost)
+                live = len(self.cache.entries_of(key))
+                self.builder.extra.reference_judge = (
+                    f"started its own judge: its problem's {live} judge(s) on this GPU stayed busy with other jobs "
+                    f"for {spent:.2f} s, as long as starting one costs" if live else
+                    "started its own judge: none of its problem was cached on this GPU (its first job here, or the "
+                    "cache let it go)")
         if entry is not None:
             self.builder.extra.reference_cache = "hit"
             if entry.prestarted and entry.uses == 1:
