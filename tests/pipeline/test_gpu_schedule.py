@@ -98,9 +98,11 @@ def test_background_work_waits_for_a_timing_but_never_holds_one_up():
 
 
 def test_beside_another_job_a_shared_stage_waits_while_the_cards_measured_memory_is_full():
+    """Full means over 85%, not 90%: admitted under 90%, two H100s still peaked at 92% as the stages running grew
+    and warm runners and judges started beside them."""
     import threading
 
-    memory = {"share": 0.95}
+    memory = {"share": 0.88}
     schedule = GpuSchedule("gpu0", sharers=2, memory_share=lambda: memory["share"])
     schedule.acquire_shared()  # alone on the device: admitted whatever the memory says
     admitted = threading.Event()

@@ -75,8 +75,10 @@ class ScheduleState:
 
 
 # A shared stage starts beside other jobs' only while the card's measured memory is under this share
-# (gpu_monitor): jobs pile onto a full card no more; one job alone always may.
-MEMORY_ADMIT_SHARE = 0.90
+# (gpu_monitor): jobs pile onto a full card no more; one job alone always may. The card must stay under 90%
+# (issue 22): admitted at 90%, two H100s under a batch still peaked at 92%, as stages already running grew and
+# warm runners and judges set up their CUDA contexts beside them (~0.5 GB each). 85% leaves them 4 GB there.
+MEMORY_ADMIT_SHARE = 0.85
 MEMORY_RECHECK_S = 0.25  # memory moves without a notification: re-read it this often while held back
 
 
