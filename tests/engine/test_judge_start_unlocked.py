@@ -117,3 +117,12 @@ def test_a_job_whose_problems_judge_stays_busy_says_why_it_started_its_own(setti
     assert second.status == EvalStatus.ok and second.extra.reference_cache == "miss", second.error
     assert second.extra.reference_judge.startswith("started its own judge: its problem's 1 judge(s) on this GPU "
                                                    "stayed busy with other jobs for 0.0"), second.extra.reference_judge
+
+
+def test_a_job_with_the_judge_cache_off_says_so(settings):
+    settings.reference_cache_entries = 0
+    request = EvalRequest(reference=_own_reference(), candidate=HONEST_SILU, options=EvalOptions(timing=False))
+    result = evaluate(request, settings=settings)
+    assert result.status == EvalStatus.ok and result.extra.reference_cache == "off", result.error
+    assert result.extra.reference_judge == "started its own judge: the judge cache is off " \
+                                           "(KERNELJUDGE_REFERENCE_CACHE_ENTRIES=0)"

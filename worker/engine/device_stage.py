@@ -259,6 +259,8 @@ class DeviceStage:
             else:  # why this job starts a judge of its own (a batch's extra judges are its host's largest cost)
                 live = len(self.cache.entries_of(key))
                 self.builder.extra.reference_judge = (
+                    "started its own judge: the judge cache is off (KERNELJUDGE_REFERENCE_CACHE_ENTRIES=0)"
+                    if self.settings.reference_cache_entries <= 0 else
                     f"started its own judge: its problem's {live} judge(s) on this GPU stayed busy with other jobs "
                     f"for {spent:.2f} s, as long as starting one costs" if live else
                     "started its own judge: none of its problem was cached on this GPU (its first job here, or the "
