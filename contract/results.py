@@ -349,6 +349,9 @@ class JudgeStartNote(BaseModel):
         "work that holds no device; `trials`, `truths`, `pool`, `shape`, `probe_inputs` (the probes' input sets), "
         "`probes` (their calls), `probe_truths` (their float64 truths and checks) and `physics` hold it shared."))
     yields: int = Field(0, description="Steps at which it let a waiting timing have the device first.")
+    cpu_s: float | None = Field(default=None, description=(
+        "CPU seconds its sandbox's processes used through the start (the host's cost of a judge: on two H100s the "
+        "judges' processes were the host's largest consumer), from /proc; None where it could not be read."))
 
 
 class TimingRunsNote(BaseModel):

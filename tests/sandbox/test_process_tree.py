@@ -106,3 +106,31 @@ def test_the_child_runs_on_the_cores_and_at_the_priority_its_spec_gives():
         process.close(grace_s=0)
     assert placed["cpus"] == [core]
     assert placed["nice"] == os.nice(0) + 7
+
+
+
+LOOP = "x = 0\nfor i in range(4_000_000):\n    x += i\n"
+# Busy in a child that ends (and is reaped), then busy itself, then alive and waiting to be let go.
+PARENT = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {LOOP!r}])\n{LOOP}print('done', flush=True)\ninput()\n"
+
+
+def test_a_trees_cpu_time_counts_its_live_and_its_reaped_processes():
+    """A judge's start is measured this way (its JudgeStartNote.cpu_s): the host's cost of a judge."""
+    import subprocess
+
+    from worker.engine.process_tree import tree_cpu_s
+
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "done"
+        with open(f"/proc/{parent.pid}/stat") as handle:
+            own = handle.read().rsplit(")", 1)[-1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        reaped_s, alive_s = (int(own[13]) + int(own[14])) / ticks, (int(own[11]) + int(own[12])) / ticks
+        measured = tree_cpu_s(parent.pid)
+        assert reaped_s > 0.05 and alive_s > 0.05  # each loop ran, the child's counted in its parent once reaped
+        assert measured is not None and measured >= reaped_s + alive_s
+    finally:
+        parent.communicate("\n", timeout=30)
+    assert tree_cpu_s(None) is None

@@ -30,6 +30,20 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def tree_cpu_s(root: int | None) -> float | None:
+    """CPU seconds a process tree has used so far (each process's own, user and system, and its reaped
+    children's); None without a root or where /proc shows none of it."""
+    if root is None:
+        return None
+    ticks, total, seen = os.sysconf("SC_CLK_TCK"), 0, False
+    for pid in descendants(root):
+        fields = _stat_fields(pid)
+        if len(fields) > 14:  # utime, stime, cutime, cstime: the 14th-17th fields, after the name's ')'
+            total += sum(int(value) for value in fields[11:15])
+            seen = True
+    return total / ticks if seen else None
+
+
 # Rounds of "find the tree's processes not stopped yet, stop them": one a process forked before its parent
 # stopped shows up in the next; a tree still growing after this many is left as stopped as it got.
 STOP_ROUNDS = 64

@@ -26,6 +26,7 @@ from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import UserFailure
 from worker.engine.memory_budget import measure_judge
 from worker.engine.policy.registry import is_disabled
+from worker.engine.process_tree import tree_cpu_s
 from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import JudgeSession, JudgeStartFailure
 from worker.engine.reference.reference_cache import (
@@ -71,11 +72,13 @@ def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey,
         judge.close()
         raise
     ended = time.monotonic()
+    cpu_s = tree_cpu_s(judge.pid)
     entry = CachedReference(key, judge, seeds, miss_cost_s=max(ended - started, 0.01),
                             start=JudgeStartNote(launch_s=round(launched - started, 3),
                                                  device_wait_s=round(hold.device_wait_s, 3),
                                                  generate_s=round(ended - launched - hold.device_wait_s, 3),
-                                                 steps_s=dict(hold.steps_s), yields=hold.yields))
+                                                 steps_s=dict(hold.steps_s), yields=hold.yields,
+                                                 cpu_s=round(cpu_s, 2) if cpu_s is not None else None))
     entry.held = measure_judge(judge.pid, generated.device_bytes, on_gpu=opts.device.value == "cuda",
                                sealed_bytes=generated.input_bytes)
     return entry
