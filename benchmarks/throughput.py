@@ -99,6 +99,7 @@ class Outcome:
     stages: dict = field(default_factory=dict)
     reference_cache: str | None = None
     reference_judge: str | None = None  # how the job got its judge: started ahead, waited, or why it started one
+    candidate_cpu_s: float | None = None  # the candidate sandbox's host CPU seconds (its warm start and the job)
     compile_baseline: str | None = None
     error: str | None = None  # the verdict's reason, when it has one
     device_wait_s: float | None = None  # waits for the device's hold (result.extra.device_wait_s)
@@ -460,6 +461,7 @@ def outcome_of(job, origin=None) -> Outcome:
                    error=error, device_wait_s=result.extra.device_wait_s,
                    timing_wait_s=result.extra.timing_wait_s, timeline=timeline,
                    reference_cache=result.extra.reference_cache, reference_judge=result.extra.reference_judge,
+                   candidate_cpu_s=result.extra.candidate_cpu_s,
                    timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None,

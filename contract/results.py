@@ -388,6 +388,9 @@ class ResultNotes(BaseModel):
         "its own."))
     judge_start: JudgeStartNote | None = Field(
         default=None, description="Where the start of the judge this job started, or was the first to use, went.")
+    candidate_cpu_s: float | None = Field(default=None, description=(
+        "CPU seconds the candidate's sandbox used on the host, its warm start and this job (its load, Triton "
+        "compiles, calls and timed blocks), from /proc before it was stopped."))
     precision_skipped: str | None = Field(default=None, description="Why the float64 truth was not computed.")
     trials_sized: TrialsSizedNote | None = None
     perturbed_trials: list[int] | None = Field(

@@ -61,6 +61,7 @@ def test_a_judge_holds_the_device_shared_over_its_device_steps_only(settings, mo
     start = result.extra.judge_start  # the job that started its judge says where that start went
     assert start is not None and start.launch_s > 0 and start.generate_s > 0 and start.device_wait_s >= 0
     assert start.cpu_s is not None and start.cpu_s > 0.5  # its sandbox's processes: torch's import alone
+    assert result.extra.candidate_cpu_s is not None and result.extra.candidate_cpu_s > 0.5  # the runner's too
     assert set(start.steps_s) == HOST_STEPS | DEVICE_STEPS and all(s >= 0 for s in start.steps_s.values())
     assert sum(start.steps_s.values()) <= start.generate_s + 0.01
     assert schedule.state().shared == 0

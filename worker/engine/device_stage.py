@@ -52,6 +52,7 @@ from worker.engine.engine_settings import EngineSettings
 from worker.engine.launch import RunnerSession, UserFailure
 from worker.engine.policy.registry import is_disabled
 from worker.engine.prepared_job import PreparedJob, StageCallback, notify
+from worker.engine.process_tree import tree_cpu_s
 from worker.engine.reference import judge_start
 from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import Comparison, JudgeStartFailure, TimedCheck
@@ -174,6 +175,7 @@ class DeviceStage:
             return entry
         pool = pool_for(self.options.device, self.options.sandbox, self.settings)
         runner: WarmRunner | None = None
+        cpu_s: float | None = None
         try:
             notify(self.on_stage, Stage.candidate)
             with self.builder.stage(Stage.runner_take):
@@ -192,11 +194,13 @@ class DeviceStage:
             if runner is not None:
                 with self.builder.stage(Stage.cleanup):
                     self._publish_triton_cache(runner)
+                    cpu_s = tree_cpu_s(runner.session.process.pid)  # what this job's candidate cost the host
                     # Stopped here, not in the background: its log is complete only once it has exited.
                     runner.session.process.close(grace_s=2.0)
                     self.builder.set_candidate_log(runner.session.logs())
                     pool.retire(runner)
         result.candidate_log = self.builder.candidate_log
+        result.extra.candidate_cpu_s = round(cpu_s, 2) if cpu_s is not None else None
         result.stages = dict(self.builder.stages)  # with the cleanup, timed after the result was made
         return result
 
