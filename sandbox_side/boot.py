@@ -6,11 +6,11 @@ A judge (KJ_ROLE=reference) or a candidate's runner; this module picks, so that 
 from __future__ import annotations
 
 import os
-import sys
 import traceback
 from typing import NoReturn
 
 from sandbox_side.runtime.failure_kind import FailureKind
+from sandbox_side.runtime.leave import leave
 from sandbox_side.runtime.loader import MAX_TRACEBACK_CHARS, UserCodeError
 from sandbox_side.runtime.messages import ErrorReply
 from sandbox_side.runtime.runner import CandidateRunner, Runner
@@ -18,16 +18,9 @@ from sandbox_side.runtime.wire import WireError
 
 
 def run_and_exit() -> NoReturn:
-    """The sandbox's entry point. A runner is used once and keeps no state, so it leaves without the
-    interpreter's teardown (about a second with torch and Triton loaded, paid by every job that waits
-    for its log); user code's atexit handlers are not ours to run."""
-    code = main()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    """The sandbox's entry point: its runner's `main`, then out without the interpreter's teardown (leave.py:
+    about a second with torch and Triton loaded, paid by every job that waits for its log)."""
+    leave(main())
 
 
 def main() -> int:

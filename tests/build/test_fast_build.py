@@ -115,3 +115,17 @@ def test_a_build_that_fills_its_extension_folder_stops_at_the_cap(build_settings
     assert "No space left on device" in raised.value.message
     key = build.cache_key(FILLS_ITS_EXTENSION_FOLDER, torch.__version__, settings)
     assert not (settings.build_cache / key).exists()
+
+
+# An atexit handler that would hold the process for a minute: a build leaves without the interpreter's teardown,
+# as a runner does (sandbox_side/runtime/leave.py), so it never runs and the supervisor's close finds the build gone.
+SLOW_TEARDOWN = '''import atexit, time
+atexit.register(time.sleep, 60)
+''' + candidates.PLAIN
+
+
+def test_a_build_leaves_without_the_interpreters_teardown(build_settings, tmp_path, caplog):
+    with caplog.at_level("INFO", logger="worker.engine.sandbox.process"):
+        outcome = build_candidate(build_settings, tmp_path, SLOW_TEARDOWN)
+    assert outcome.record.summary().path == "fast", outcome.record
+    assert not [r for r in caplog.records if "did not exit" in r.getMessage()], "the build was killed at close"

@@ -66,7 +66,7 @@ MAX_LOG_CHARS = 4000
 # The sandbox side (with the build support headers) and the precompiled headers appear in the build sandbox at
 # their own paths: clang checks that every file a precompiled header was made from is still where it was.
 BOOT = (f"import sys; sys.path.insert(0, {str(SANDBOX_SIDE_DIR.parent)!r}); "
-        "from sandbox_side.build.sandboxed import main; raise SystemExit(main())")
+        "from sandbox_side.build.sandboxed import main; from sandbox_side.runtime.leave import leave; leave(main())")
 _pch_ready: set[Path] = set()
 _pch_failed: dict[Path, str] = {}  # root -> why its headers could not be built (builds take the full path)
 _pch_lock = threading.Lock()
