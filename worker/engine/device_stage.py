@@ -56,7 +56,7 @@ from worker.engine.process_tree import tree_cpu_s
 from worker.engine.reference import judge_start
 from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import Comparison, JudgeStartFailure, TimedCheck
-from worker.engine.reference.reference_cache import CachedReference, cache_for
+from worker.engine.reference.reference_cache import CachedReference, ProblemKey, cache_for
 from worker.engine.sandbox_pool import PoolEmpty, WarmRunner, pool_for
 from worker.engine.stage import Stage
 from worker.engine.timing import baselines, clock_check, compile_baseline
@@ -260,15 +260,8 @@ class DeviceStage:
                     self.builder.extra.reference_judge = (
                         f"waited {spent:.2f} s for its problem's judge, busy with another job (starting another "
                         "would have taken longer)")
-            else:  # why this job starts a judge of its own (a batch's extra judges are its host's largest cost)
-                live = len(self.cache.entries_of(key))
-                self.builder.extra.reference_judge = (
-                    "started its own judge: the judge cache is off (KERNELJUDGE_REFERENCE_CACHE_ENTRIES=0)"
-                    if self.settings.reference_cache_entries <= 0 else
-                    f"started its own judge: its problem's {live} judge(s) on this GPU stayed busy with other jobs "
-                    f"for {spent:.2f} s, as long as starting one costs" if live else
-                    "started its own judge: none of its problem was cached on this GPU (its first job here, or the "
-                    "cache let it go)")
+            else:
+                self.builder.extra.reference_judge = "started its own judge: " + self._why_own_judge(key, spent)
         if entry is not None:
             self.builder.extra.reference_cache = "hit"
             if entry.prestarted and entry.uses == 1:
@@ -420,6 +413,16 @@ class DeviceStage:
             if self._attribution.truncated:
                 self.builder.extra.trace_truncated = True
         return tampered
+
+    def _why_own_judge(self, key: ProblemKey, waited_s: float) -> str:
+        """Why a job starts a judge of its own (a batch's extra judges are its host's largest cost)."""
+        if self.settings.reference_cache_entries <= 0:
+            return "the judge cache is off (KERNELJUDGE_REFERENCE_CACHE_ENTRIES=0)"
+        live = len(self.cache.entries_of(key))
+        if live:
+            return (f"its problem's {live} judge(s) on this GPU stayed busy with other jobs for {waited_s:.2f} s, "
+                    "as long as starting one costs")
+        return "none of its problem was cached on this GPU (its first job here, or the cache let it go)"
 
     def _traced_call(self, runner: WarmRunner, deadline: float) -> tuple[Attribution | None, list[str]]:
         """One call of the candidate under the kernel trace: its attribution (None: no GPU activity recorded)
