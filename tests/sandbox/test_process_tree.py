@@ -127,10 +127,11 @@ def test_a_trees_cpu_time_counts_its_live_and_its_reaped_processes():
         with open(f"/proc/{parent.pid}/stat") as handle:
             own = handle.read().rsplit(")", 1)[-1].split()
         ticks = os.sysconf("SC_CLK_TCK")
-        reaped_s, alive_s = (int(own[13]) + int(own[14])) / ticks, (int(own[11]) + int(own[12])) / ticks
+        reaped_ticks, alive_ticks = int(own[13]) + int(own[14]), int(own[11]) + int(own[12])
         measured = tree_cpu_s(parent.pid)
-        assert reaped_s > 0.05 and alive_s > 0.05  # each loop ran, the child's counted in its parent once reaped
-        assert measured is not None and measured >= reaped_s + alive_s
+        assert reaped_ticks > 0.05 * ticks and alive_ticks > 0.05 * ticks  # each loop ran; the child's counted once reaped
+        # Whole ticks added, then divided once, as tree_cpu_s does: 0.22 + 0.2 as floats exceeds 42 / 100.
+        assert measured is not None and measured >= (reaped_ticks + alive_ticks) / ticks
     finally:
         parent.communicate("\n", timeout=30)
     assert tree_cpu_s(None) is None
