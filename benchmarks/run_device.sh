@@ -4,7 +4,7 @@
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
 # STEPS: fresh prebuild eval elementwise baselines redteam streams redteam-load throughput tests security repeat
-# repeat-wait fidelity soak soak-wait placement omp bundle (a name that is none of these only installs)
+# repeat-wait fidelity soak soak-wait placement omp sync bundle (a name that is none of these only installs)
 # (default: eval redteam tests).
 # fresh: kill servers and spawners a cut call left on a warm machine, and empty the throughput data dir (do it
 # before `throughput` with rl, never before rl-again). bundle: every log and JSON line file of OUTDIR into
@@ -34,7 +34,8 @@
 # KJ_FIDELITY_IDS="S035 S141" evaluates those pairs only.
 # placement: benchmarks/buffer_placement.py (does a kernel's time move with where its buffers lie: fresh
 # processes and byte offsets; KJ_PROBLEMS, default softmax layernorm). omp: benchmarks/omp_wait.py (what OpenMP's
-# spinning threads cost between host steps, 4 threads).
+# spinning threads cost between host steps, 4 threads). sync: benchmarks/cuda_sync_wait.py (what CUDA's spinning
+# waits for the device cost the host, against blocking sync: 4 processes on one GPU, then one alone).
 # soak: benchmarks/soak.py (rl rounds back to back against one server for KJ_SOAK_S, default 1200 s, on every
 # visible GPU), started detached (setsid) on the warm machine's disk under data/soak-out, then waited for up to
 # KJ_WAIT_S (default 540 s); soak-wait: wait for it again in the next call (call again within the machine's idle
@@ -199,6 +200,8 @@ for step in $steps; do
             --out "$out/buffer_placement_$stamp.md" 2>&1 | tail -30 | tee "$out/buffer_placement.log" ;;
     omp)
         python3 -m benchmarks.omp_wait --threads 4 --out "$out/omp_wait_$stamp.md" ;;
+    sync)
+        python3 -m benchmarks.cuda_sync_wait --processes 4 --seconds 6 --out "$out/cuda_sync_wait_$stamp.md" ;;
     repeat)
         detached_start repeat python3 -m benchmarks.repeat --device cuda --repeats ${KJ_REPEATS:-5} \
             --corpus "${KJ_CORPUS:-.carry/corpus}" --build-threads ${KJ_BUILD_THREADS:-12} \

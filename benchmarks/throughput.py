@@ -100,6 +100,7 @@ class Outcome:
     reference_cache: str | None = None
     reference_judge: str | None = None  # how the job got its judge: started ahead, waited, or why it started one
     candidate_cpu_s: float | None = None  # the candidate sandbox's host CPU seconds (its warm start and the job)
+    cuda_sync_wait: str | None = None  # how the judge's CUDA waited for the device (result.environment)
     compile_baseline: str | None = None
     error: str | None = None  # the verdict's reason, when it has one
     device_wait_s: float | None = None  # waits for the device's hold (result.extra.device_wait_s)
@@ -466,6 +467,7 @@ def outcome_of(job, origin=None) -> Outcome:
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None,
                    gpu=result.environment.gpu_index if result.environment else None,
+                   cuda_sync_wait=result.environment.cuda_sync_wait if result.environment else None,
                    rules=[f"{hit.rule} ({hit.severity}): {hit.evidence or hit.message}"[:1500] for hit in result.rules],
                    clock_check_retried=retried.model_dump() if (retried := result.extra.clock_check_retried) else None,
                    timed=timed_summary(result.timing))

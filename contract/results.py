@@ -266,6 +266,9 @@ class EnvironmentInfo(BaseModel):
     torch: str | None = None
     triton: str | None = None
     python: str | None = None
+    cuda_sync_wait: str | None = Field(default=None, description="How the judge's CUDA waited for the device: "
+                                       "spin, blocking, auto (CUDA's default: spinning on a host of more cores "
+                                       "than CUDA contexts), or why the configured wait was not set; None on CPU.")
     sandbox: SandboxKind
     hostname: str | None = None
     gpu_index: int | None = Field(default=None, description="The host's GPU (its index on the host) that ran and "

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from sandbox_side.runtime import file_tree, kernel_trace
+from sandbox_side.runtime import cuda_sync, file_tree, kernel_trace
 from sandbox_side.runtime.channel import Channel
 from sandbox_side.runtime.failure_kind import FailureKind
 from sandbox_side.runtime.harness_output import mark_user_output_start
@@ -74,7 +74,7 @@ INPUT_CHECK_TRIALS = 2
 REQUIRED_NAMES = {"reference": ("Model", "get_inputs", "get_init_inputs"), "candidate": ("ModelNew",)}
 
 
-def environment(device: torch.device) -> dict:
+def environment(device: torch.device, sync_wait_not_set: str | None = None) -> dict:
     info = {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -95,6 +95,9 @@ def environment(device: torch.device) -> dict:
             info["driver"] = match.group(1) if match else None
         except OSError:
             info["driver"] = None
+        wait = cuda_sync.primary_wait(device.index or 0)
+        info["cuda_sync_wait"] = (wait.name if wait is not None else "unknown") + (
+            f" (asked for {os.environ.get(cuda_sync.ENV)}, not set: {sync_wait_not_set})" if sync_wait_not_set else "")
     return info
 
 
@@ -127,6 +130,7 @@ class Runner:
         self.model: Any = None  # its Model / ModelNew, once constructed
         self.pool: list[list] = []
         self.variants: timer.InputVariants | None = None  # the timing pool's variants (timing_variants)
+        self.sync_wait_not_set: str | None = None  # why the asked-for CUDA wait was not set, if it was not
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
@@ -136,6 +140,7 @@ class Runner:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         if self.device.type == "cuda":
+            self.sync_wait_not_set = cuda_sync.set_primary_wait_from_env()  # before torch starts CUDA
             torch.cuda.set_device(self.device)
             torch.cuda.init()
         else:
@@ -145,7 +150,7 @@ class Runner:
         except ImportError:
             pass
         self.warm()
-        self.channel.reply(Ready(environment=environment(self.device)))
+        self.channel.reply(Ready(environment=environment(self.device, self.sync_wait_not_set)))
 
     def warm(self) -> None:
         """Role-specific set-up done while the runner waits in the pool, before any user code."""

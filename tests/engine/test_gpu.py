@@ -162,3 +162,15 @@ def test_a_call_whose_host_work_outlasts_the_flush_is_timed_at_its_device_time()
 
     samples = timer.time_model(slow_host, [[spin]], device, runs=40, warmup=2).device_ms
     assert statistics.median(samples) < kernel_ms + 0.05, (statistics.median(samples), kernel_ms)
+
+
+@pytest.mark.parametrize("wait", ["auto", "blocking"])
+def test_the_judge_waits_for_the_device_as_configured_and_the_job_is_timed_alike(run_eval, settings, wait):
+    """KERNELJUDGE_CUDA_SYNC_WAIT reaches the judge's CUDA context (its Ready environment reads the context's
+    flags back from the driver); a job under either wait passes and is timed with events."""
+    settings.cuda_sync_wait = wait
+    problem = load_problem("elementwise")
+    result = run_eval(problem.reference, problem.cuda_ok, device="cuda", timing=True, timing_budget_s=1.0)
+    assert result.status == EvalStatus.ok, result.error
+    assert result.environment.cuda_sync_wait == wait
+    assert result.timing.method.startswith("cuda_events") and result.timing.candidate.n >= 10

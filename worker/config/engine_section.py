@@ -15,6 +15,9 @@ from worker.engine.cpu_plan import AUTO, DEFAULT_LANE_CPUS
 from worker.engine.sandbox.spec import MIB
 
 BUILD_PATHS = ("auto", "full")
+# How a GPU sandbox's CUDA waits for the device (sandbox_side/runtime/cuda_sync.py): CUDA's default spins a core
+# through every wait; blocking sleeps until the device is done.
+CUDA_SYNC_WAITS = ("auto", "blocking")
 
 
 class EngineSection(EnvSection):
@@ -26,6 +29,9 @@ class EngineSection(EnvSection):
     # OMP/MKL threads and MAX_JOBS inside the sandbox.
     cpu_threads: int = Field(default_factory=lambda: min(4, os.cpu_count() or 1),
                              validation_alias="KERNELJUDGE_CPU_THREADS")
+    # How judges and candidate runners on a GPU wait for it: `auto` (CUDA's default: each process spins a core
+    # while it waits) or `blocking` (asleep in the driver until the device is done).
+    cuda_sync_wait: str = Field("auto", validation_alias="KERNELJUDGE_CUDA_SYNC_WAIT")
     # The device's copy bandwidth (GB/s, read + written) for the physics rule KJ-R06
     # (worker/engine/verdict/physics.py); 0: measured on the device by each judge (the fastest
     # measurement per device model counts).
@@ -87,6 +93,13 @@ class EngineSection(EnvSection):
     @classmethod
     def _warm_sandboxes(cls, value: Any) -> Any:
         return None if value == "auto" else value
+
+    @field_validator("cuda_sync_wait")
+    @classmethod
+    def _cuda_sync_wait(cls, value: str) -> str:
+        if value not in CUDA_SYNC_WAITS:
+            raise ValueError(f"KERNELJUDGE_CUDA_SYNC_WAIT must be one of {', '.join(CUDA_SYNC_WAITS)}, not {value!r}")
+        return value
 
     @field_validator("build_path")
     @classmethod

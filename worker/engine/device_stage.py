@@ -486,7 +486,7 @@ class DeviceStage:
         return self.builder.finish(correctness=report, timing=timing)
 
     def _record_environment(self, env: dict) -> None:
-        fields = ("gpu_name", "driver", "cuda", "torch", "triton", "python")
+        fields = ("gpu_name", "driver", "cuda", "torch", "triton", "python", "cuda_sync_wait")
         current = self.builder.environment or EnvironmentInfo(device=self.options.device, sandbox=self.options.sandbox)
         gpu_index = self.settings.gpu_index if self.options.device.value == "cuda" else None
         self.builder.environment = current.model_copy(update={**{name: env.get(name) for name in fields},

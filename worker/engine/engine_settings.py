@@ -47,6 +47,7 @@ class EngineSettings:
     sandbox_ext_bytes: int = _SANDBOX.ext_mb * MIB
     sandbox_memory_bytes: int = _SANDBOX.memory_bytes
     cpu_threads: int = _ENGINE.cpu_threads
+    cuda_sync_wait: str = _ENGINE.cuda_sync_wait  # auto | blocking (a GPU sandbox's waits for the device)
     peak_bandwidth_gbps: float = _ENGINE.peak_bandwidth_gbps
     timing_pool_size: int = _ENGINE.timing_pool_size
     timing_variants: int = _ENGINE.timing_variants

@@ -145,6 +145,8 @@ def runner_spec(config: RunnerConfig, settings: EngineSettings, limits: Resource
         # 2-3x the CPU time spinning (benchmarks/omp_wait.py). Passive threads sleep at once. (On a CPU device the
         # timed work is these very threads, which spinning answers faster: left as it is there.)
         env["OMP_WAIT_POLICY"] = "PASSIVE"
+        if config.mode == "run":  # a build sees no GPU
+            env["KJ_CUDA_SYNC_WAIT"] = settings.cuda_sync_wait  # sandbox_side/runtime/cuda_sync.py
     if config.role == "reference":
         # The judge's torch.compile baseline (sandbox_side/judging/compiled_reference.py) writes its
         # Inductor cache in the judge's private /tmp: without a user name in the sandbox, Inductor's

@@ -209,6 +209,7 @@ class PoolKey:
     sandbox: SandboxKind
     gpu_index: int | None
     cpu_threads: int
+    cuda_sync_wait: str
     isolate_network: bool
     cuda_arch: str | None
     size: int
@@ -264,7 +265,8 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
 
 def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> SandboxPool:
     """The pool of candidate runners for this kind of job (started on first use)."""
-    key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.isolate_network,
+    key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.cuda_sync_wait,
+                  settings.isolate_network,
                   settings.cuda_arch_list, settings.pool_size(), settings.isolation,
                   (settings.sandbox_tmp_bytes, settings.sandbox_shm_bytes, settings.sandbox_ext_bytes),
                   settings.sandbox_memory_bytes)
