@@ -423,6 +423,10 @@ class ResultNotes(BaseModel):
     triton_cache: Literal["published", "not kept"] | None = None
     retried_alone: str | None = Field(
         default=None, description="Why the job ran a second pass alone on the device.")
+    judge_lost: str | None = Field(
+        default=None, description="Why the judge this job shared with other jobs of its problem could not serve "
+                                  "it (another job's exchange broke it, or its process was gone): the job's device "
+                                  "stages ran again with another judge, and the verdict is that pass's.")
     device_wait_s: float | None = Field(
         default=None, description="Seconds the job's device stages waited for their hold on the device (behind "
                                   "other jobs' timing, or held back by the card's memory); not in `stages`.")

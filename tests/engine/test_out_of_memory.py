@@ -17,7 +17,7 @@ OUT_OF_MEMORY = triton_candidate('''
 ''')
 
 
-def _evaluate(settings, candidate: str, sharers: int):
+def _evaluate(settings, candidate: str, sharers: int, holds: list[tuple[str, str | None]] | None = None):
     settings.gpu_schedule = GpuSchedule("dev0", sharers=sharers)
     lease = settings.gpu_schedule.lease()
     stages: list[str] = []
@@ -25,6 +25,8 @@ def _evaluate(settings, candidate: str, sharers: int):
     def on_stage(stage: str) -> None:
         stages.append(stage)
         lease.enter(stage)
+        if holds is not None:
+            holds.append((stage, lease.held))
 
     request = EvalRequest(reference=SILU_REFERENCE, candidate=candidate, options=EvalOptions(timing=False))
     try:
@@ -34,8 +36,13 @@ def _evaluate(settings, candidate: str, sharers: int):
 
 
 def test_out_of_memory_beside_other_jobs_is_run_again_alone_before_it_counts(settings):
-    result, stages = _evaluate(settings, OUT_OF_MEMORY, sharers=2)
+    holds: list[tuple[str, str | None]] = []
+    result, stages = _evaluate(settings, OUT_OF_MEMORY, sharers=2, holds=holds)
     assert "alone" in stages and stages.index("alone") < len(stages) - 1
+    # Each pass waits for its warm runner holding nothing: a runner's start is paused while a job holds the device
+    # alone, and the alone pass waited for one that way until the pool gave up.
+    assert [held for stage, held in holds if stage == "runner_take"] == [None, None]
+    assert [held for stage, held in holds if stage == "candidate"] == ["shared", "exclusive"]
     second_pass = stages[stages.index("alone"):]
     assert {"reference", "candidate"} <= set(second_pass)  # the second pass went through every device stage again
     # Alone it still runs out of memory: now that is the candidate's, with the first pass as evidence.

@@ -1,8 +1,9 @@
-"""The reference cache: keys, the refresh schedule, one job per entry, and dropping a bad judge."""
+"""The reference cache: keys, the refresh schedule, jobs sharing an entry, and dropping a bad judge."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 from contract.requests import EvalOptions
 from worker.engine.engine_settings import EngineSettings
@@ -257,3 +258,66 @@ def test_a_judge_started_ahead_is_announced_and_then_found_warm():
     cache.end_warming(key)
     assert started.is_set() and cache.warming(key) is None
     assert cache.checkout(key) is entry and entry.uses == 1
+
+
+def test_jobs_share_a_judge_up_to_the_limit_and_take_turns_in_their_exchanges():
+    """A job held its judge from its reference stage to its end (6 s a job at the median on two H100s, about 2 s
+    of use); now it holds the judge's process only for each exchange, and up to `jobs_per_judge` jobs hold it."""
+    cache = ReferenceCache(4, max_age_s=600.0, max_uses=100, jobs_per_judge=2)
+    key = _key()
+    entry = cache.add(_entry(key))
+    assert cache.checkout(key) is entry and entry.jobs == 2 and entry.uses == 2
+    assert cache.checkout(key) is None, "as many jobs hold it as may share it"
+
+    in_exchange, exchanged = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def second_job() -> None:
+        in_exchange.wait(30)
+        with entry.exchange(time.monotonic() + 30) as lost:
+            order.append(f"second, lost={lost}")
+        exchanged.set()
+
+    waiter = threading.Thread(target=second_job)
+    waiter.start()
+    with entry.exchange(time.monotonic() + 30) as lost:
+        in_exchange.set()
+        assert not exchanged.wait(0.2), "the other job's exchange waits for this one"
+        order.append(f"first, lost={lost}")
+    waiter.join(30)
+    assert order == ["first, lost=None", "second, lost=None"]
+
+    cache.checkin(entry, healthy=True)
+    assert cache.checkout(key) is entry, "room for one more again"
+    for _ in range(2):
+        cache.checkin(entry, healthy=True)
+    assert entry.jobs == 0 and not entry.judge.closed.is_set()
+
+
+def test_a_judge_broken_in_one_job_s_exchange_serves_no_other_and_closes_after_its_last_holder():
+    cache = ReferenceCache(4, max_age_s=600.0, max_uses=100, jobs_per_judge=2)
+    key = _key()
+    entry = cache.add(_entry(key))
+    assert cache.checkout(key) is entry  # a second job holds it too
+    entry.broken = "it failed while comparing for another job (crashed)"  # as DeviceStage._exchange marks it
+    with entry.exchange(time.monotonic() + 30) as lost:
+        assert lost == "it failed while comparing for another job (crashed)"
+    cache.checkin(entry, healthy=False)  # the job whose exchange broke it
+    assert cache.checkout(key) is None, "no new job gets it"
+    assert not entry.judge.closed.is_set(), "the other job still holds it"
+    cache.checkin(entry, healthy=False)  # that job's pass ends (it runs again with another judge)
+    assert entry.judge.closed.wait(30)
+
+
+def test_a_dead_judge_or_an_exchange_held_past_the_deadline_is_no_answer():
+    entry = _entry(_key())
+    entry.judge.alive = False
+    with entry.exchange(time.monotonic() + 30) as lost:
+        assert lost == "its process is gone"
+    entry.judge.alive = True
+    with entry.lock:  # another job's exchange, still going
+        with entry.exchange(time.monotonic() + 0.05) as lost:
+            assert lost == "another job's exchange with it lasted past this job's deadline"
+    with entry.exchange(time.monotonic() + 30) as lost:
+        assert lost is None and entry.lock.locked()
+    assert not entry.lock.locked()

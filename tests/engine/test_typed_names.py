@@ -32,7 +32,7 @@ def test_a_stage_reads_as_its_name():
     assert json.dumps({"stage": Stage.reference_wait}) == '{"stage": "reference_wait"}'
     assert Stage("compile_baseline_wait") is Stage.compile_baseline_wait
     assert EXCLUSIVE_STAGES == {Stage.timing} and "timing" in EXCLUSIVE_STAGES
-    assert HOST_ONLY_STAGES == {Stage.reward, Stage.reference_wait, Stage.compile_baseline_wait}
+    assert HOST_ONLY_STAGES == {Stage.reward, Stage.reference_wait, Stage.compile_baseline_wait, Stage.runner_take}
 
 
 def test_every_stage_a_cpu_evaluation_notifies_and_times_is_a_stage(settings):

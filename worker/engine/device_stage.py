@@ -10,6 +10,7 @@ sides never overlap.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -18,6 +19,7 @@ import logging
 import random
 import socket
 import time
+from collections.abc import Iterator
 
 from contract.results import (
     CorrectnessReport,
@@ -70,6 +72,7 @@ from worker.engine.timing.timing_protocol import CallOrder, PairedWindow, TimedB
 from worker.engine.verdict import physics
 from worker.engine.verdict.attribution import Attribution, attribute
 from worker.engine.verdict.kernel_names import own_kernel_names
+from worker.engine.verdict.result_builder import ResultBuilder
 from worker.engine.verdict.verification import (
     PROBE_RULE,
     SHAPE_RULE,
@@ -102,6 +105,15 @@ class _JudgeFailure(Exception):
         super().__init__(failure.message)
         self.failure = failure
         self.during = during
+
+
+class _JudgeLost(Exception):
+    """The judge this job shares could not serve its exchange: another job's exchange broke it or held it too long,
+    or its process is gone. Nothing of this job's was judged wrongly; its device stages run again with another."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 class _JobEnds(Exception):
@@ -143,21 +155,34 @@ class DeviceStage:
         self._shape_failure: str | None = None
         self._shape_precision: str | None = None  # a precision-class difference on the doubled batch (KJ-R12)
         self._judge_healthy = True
+        self._judge_lost: str | None = None  # why the shared judge could not serve this pass (_JudgeLost)
         self._out_of_memory: str | None = None  # the first device-memory failure of this pass
 
     def run(self) -> EvalResult:
-        """One pass over the device stages; a second, alone on the device, when the first ran out of
-        device memory while other jobs shared it (their memory, not the candidate's, may be the cause)."""
+        """One pass over the device stages; another with another judge when the shared one could not serve this
+        job (_JudgeLost, once); and one alone on the device when a pass ran out of device memory while other
+        jobs shared it (their memory, not the candidate's, may be the cause)."""
         before = copy.deepcopy(self.builder)
         result = self._run_once()
+        if self._judge_lost is not None:
+            lost = self._judge_lost
+            self._new_pass(before)
+            self.builder.extra.judge_lost = (f"the judge this job shared with other jobs of its problem could not "
+                                             f"serve it ({lost}): its device stages ran again with another judge")
+            result = self._run_once()
         if self._out_of_memory is None or not self._device_shared():
             return result
-        first = self._out_of_memory
-        self.builder = self.prepared.builder = before
-        self._begin_pass()
+        first, lost_note = self._out_of_memory, self.builder.extra.judge_lost
+        self._new_pass(before)
+        self.builder.extra.judge_lost = lost_note
         self.builder.extra.retried_alone = f"the first pass ran out of device memory beside other jobs: {first}"
         notify(self.on_stage, Stage.alone)
         return self._run_once()
+
+    def _new_pass(self, before: ResultBuilder) -> None:
+        """The builder as it was before the device stages, for a pass that starts over."""
+        self.builder = self.prepared.builder = copy.deepcopy(before)
+        self._begin_pass()
 
     def _device_shared(self) -> bool:
         schedule = self.settings.gpu_schedule
@@ -177,7 +202,10 @@ class DeviceStage:
         runner: WarmRunner | None = None
         cpu_s: float | None = None
         try:
-            notify(self.on_stage, Stage.candidate)
+            # The wait for a warm runner holds nothing on the device: a runner's start is the device's neighbour,
+            # paused while a job holds it alone, and a job run again alone waited for one that way until the
+            # pool gave up (120 s, "no warm sandbox").
+            notify(self.on_stage, Stage.runner_take)
             with self.builder.stage(Stage.runner_take):
                 try:
                     runner = pool.take(self.options.limits.run_s)
@@ -188,6 +216,7 @@ class DeviceStage:
                     return self.builder.fail(EvalStatus.sandbox_error, ErrorKind.no_sandbox,
                                              f"a candidate sandbox did not start ({failure.kind}: {failure.message}); "
                                              "this is not a verdict, submit the job again")
+            notify(self.on_stage, Stage.candidate)
             result = self._judged(entry, runner)
         finally:
             self.cache.checkin(entry, healthy=self._judge_healthy)
@@ -223,6 +252,14 @@ class DeviceStage:
     def _judged(self, entry: CachedReference, runner: WarmRunner) -> EvalResult:
         try:
             return self._with_runner(entry, runner)
+        except _JudgeLost as lost:
+            self._judge_healthy = False
+            self._judge_lost = lost.why
+            again = " again" if self.builder.extra.judge_lost is not None else ""
+            return self.builder.fail(
+                EvalStatus.sandbox_error, ErrorKind.judge_failed,
+                f"the judge this job shared with other jobs of its problem could not serve it{again} ({lost.why}); "
+                "this is not a verdict on the candidate: submit it again")
         except _JudgeFailure as wrapped:
             self._judge_healthy = False
             self._note_memory(wrapped.failure)
@@ -314,9 +351,23 @@ class DeviceStage:
                             release=lambda: notify(self.on_stage, Stage.reference_wait),
                             schedule=self.settings.gpu_schedule)
 
-    def _judge_call(self, during: str, call):
+    @contextlib.contextmanager
+    def _exchange(self, entry: CachedReference, during: str, deadline: float) -> Iterator[None]:
+        """One exchange with the judge, which other jobs of the problem share (their exchanges wait): _JudgeLost
+        when it cannot serve; a failure in it breaks the judge for every job holding it."""
+        with entry.exchange(deadline) as lost:
+            if lost is not None:
+                raise _JudgeLost(lost)
+            try:
+                yield
+            except UserFailure as failure:
+                entry.broken = f"it failed while {during} for another job ({failure.kind})"
+                raise
+
+    def _judge_call(self, entry: CachedReference, during: str, call, deadline: float):
         try:
-            return call()
+            with self._exchange(entry, during, deadline):
+                return call()
         except UserFailure as failure:
             raise _JudgeFailure(failure, during) from failure
 
@@ -351,7 +402,8 @@ class DeviceStage:
         # Timed in three parts (each a stage of its own in the result): the judge's inputs, the module's load
         # in the runner, and the call itself.
         with self.builder.stage(Stage.inputs):
-            inputs = self._judge_call("sending the inputs", lambda: judge.inputs(judge_deadline))
+            inputs = self._judge_call(entry, "sending the inputs", lambda: judge.inputs(judge_deadline),
+                                      judge_deadline)
         session.process.max_payload_bytes = 2 * generated.reply_bytes + REPLY_SLACK_BYTES
         try:
             with self.builder.stage(Stage.load):
@@ -379,7 +431,9 @@ class DeviceStage:
                                                  "tensors"))
             try:
                 comparison: Comparison = self._judge_call(
-                    "comparing", lambda: entry.judge.compare(run.done, run.judge_deadline, probe_check=self.probe_check))
+                    entry, "comparing",
+                    lambda: entry.judge.compare(run.done, run.judge_deadline, probe_check=self.probe_check),
+                    run.judge_deadline)
             finally:
                 run.done.release()  # the outputs' memory goes back before the timing
             if comparison.report is None:
@@ -420,8 +474,8 @@ class DeviceStage:
             return "the judge cache is off (KERNELJUDGE_REFERENCE_CACHE_ENTRIES=0)"
         live = len(self.cache.entries_of(key))
         if live:
-            return (f"its problem's {live} judge(s) on this GPU stayed busy with other jobs for {waited_s:.2f} s, "
-                    "as long as starting one costs")
+            return (f"its problem's {live} judge(s) on this GPU stayed shared by as many other jobs as may share one "
+                    f"({self.cache.jobs_per_judge}) for {waited_s:.2f} s, as long as starting one costs")
         return "none of its problem was cached on this GPU (its first job here, or the cache let it go)"
 
     def _traced_call(self, runner: WarmRunner, deadline: float) -> tuple[Attribution | None, list[str]]:
@@ -528,9 +582,9 @@ class DeviceStage:
         """The timed inputs' variants (per input set, how many calls it has, itself included): made by the
         judge with the reference's outputs and handed to the candidate's runner."""
         judge = entry.judge
-        variants = self._judge_call("making the timing variants", lambda: judge.timing_variants(
+        variants = self._judge_call(entry, "making the timing variants", lambda: judge.timing_variants(
             deadline, seed=variant_seed(entry.seeds), count=self.settings.timing_variants,
-            max_bytes=self.settings.timing_variant_max_bytes))
+            max_bytes=self.settings.timing_variant_max_bytes), deadline)
         if variants.made and variants.device_bytes:
             held = entry.held
             entry.held = dataclasses.replace(held, device_bytes=held.device_bytes + variants.device_bytes) \
@@ -572,7 +626,7 @@ class DeviceStage:
             try:
                 # No process of the candidate runs while the reference is timed (one that slowed it would
                 # raise the candidate's speedup): its sandbox is frozen, and thawed before its own block.
-                with session.process.paused() as how:
+                with self._exchange(entry, "timing the reference", deadline), session.process.paused() as how:
                     pauses.append(how)
                     return judge.time(runs, warmup, deadline, order=order, keep=chosen)
             except UserFailure as failure:
@@ -613,8 +667,8 @@ class DeviceStage:
             snapshot = session.request(TimedOutputs(), TimedOutputsDone, deadline)
             if snapshot.payload is not None:
                 try:
-                    check = self._judge_call("re-checking timed outputs",
-                                             lambda: judge.check_timed(snapshot, deadline, expected))
+                    check = self._judge_call(entry, "re-checking timed outputs",
+                                             lambda: judge.check_timed(snapshot, deadline, expected), deadline)
                 finally:
                     snapshot.release()
                 ok, message = check.ok, check.message or _timed_evidence(check, expected, labels)

@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 # need the device themselves.
 REFERENCE_WAIT_STAGE = Stage.reference_wait
 BASELINE_WAIT_STAGE = Stage.compile_baseline_wait
-# Stages in which a job does not touch the device (the score is computed on the host; the waits above).
-HOST_ONLY_STAGES = frozenset({Stage.reward, REFERENCE_WAIT_STAGE, BASELINE_WAIT_STAGE})
+# Stages in which a job does not touch the device (the score is computed on the host; the waits above; the
+# wait for a warm runner, whose start is paused while a job holds the device alone).
+HOST_ONLY_STAGES = frozenset({Stage.reward, REFERENCE_WAIT_STAGE, BASELINE_WAIT_STAGE, Stage.runner_take})
 EXCLUSIVE_STAGES = frozenset({Stage.timing})
 # From this stage on, every device stage of the job holds the device exclusively: the engine runs a job
 # again alone when it ran out of device memory while sharing it (worker/engine/device_stage.py).

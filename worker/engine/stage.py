@@ -24,12 +24,14 @@ class Stage(str, Enum):
     timing_setup = "timing_setup"
     timing = "timing"
     timing_check = "timing_check"
-    # Timed only, inside the hold of the stage around them: the torch.compile baseline (compare's), the wait
-    # for a warm candidate runner, the judge's inputs handed over and the candidate's module loaded (the
-    # candidate stage's, before its call), the kernel trace (compare's), and the runner's stop with its
-    # Triton cache published (after the job's last device stage).
-    compile_baseline = "compile_baseline"
+    # Notified and timed, holding nothing on the device: the wait for a warm candidate runner (whose start is
+    # paused while a job holds the device alone).
     runner_take = "runner_take"
+    # Timed only, inside the hold of the stage around them: the torch.compile baseline (compare's), the
+    # judge's inputs handed over and the candidate's module loaded (the candidate stage's, before its call),
+    # the kernel trace (compare's), and the runner's stop with its Triton cache published (after the job's
+    # last device stage).
+    compile_baseline = "compile_baseline"
     inputs = "inputs"
     load = "load"
     trace = "trace"

@@ -19,15 +19,22 @@ budget it holds, plus the cache's inflation at its last use (GreedyDual-Size: re
 together; the inflation rises to each evicted entry's value, so an entry not used for a while
 loses to newer ones whatever it cost).
 
-A problem may have several judges, up to the device's concurrency (`per_key`), so that two jobs of
-a problem on the device at once each have one. A judge can also be started ahead of its first job
-(`begin_warming` / `end_warming`, used by worker/engine/reference/judge_start.py): a job that finds its
-problem's judge starting waits for it instead of starting another.
+Jobs share a judge: a job holds its entry from checkout to checkin (its inputs, comparison and timing
+come from that one judge), up to `jobs_per_judge` jobs at once (the device's concurrency), and takes the
+judge only for each exchange with it (`CachedReference.exchange`: one command and its reply at a time).
+A job held its judge from its reference stage to its end before: 6 s a job at the median and 19 s at the 90th
+percentile on two H100s (2026-11-27), most of it waiting for the device, against about 2 s of use; the
+other jobs of its problem started judges of their own meanwhile (13 of 118 jobs, 12-98 s each). A problem
+may still have several judges, up to `per_key`, when more jobs hold its judges than they may share. A
+judge can also be started ahead of its first job (`begin_warming` / `end_warming`, used by
+worker/engine/reference/judge_start.py): a job that finds its problem's judge starting waits for it instead
+of starting another.
 
-Isolation: an entry serves one problem only (a reference never judges another problem's jobs),
-one job at a time (a job finding every entry of its problem busy gets a private judge for itself,
-kept while there is room for another judge of that problem), and is dropped whenever its judge
-misbehaves or dies.
+Isolation: an entry serves one problem only (a reference never judges another problem's jobs), its jobs'
+exchanges never overlap, and it is dropped whenever its judge misbehaves or dies. A judge that failed in one
+job's exchange is `broken` at once: the other jobs holding it get no answer from it in their next exchange and
+run their device stages again with another judge (worker/engine/device_stage.py), so one job's candidate
+never decides another's verdict.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ import random
 import secrets
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from contract.requests import EvalOptions
@@ -102,9 +111,14 @@ class CachedReference:
     judge: JudgeSession
     seeds: dict
     created_at: float = field(default_factory=time.monotonic)
-    uses: int = 0
+    uses: int = 0  # jobs it served or serves
+    jobs: int = 0  # jobs holding it now (checkout to checkin)
     cached: bool = True
+    # One exchange with the judge at a time: the jobs holding it take turns (`exchange`).
     lock: threading.Lock = field(default_factory=threading.Lock)
+    broken: str | None = None  # why it may serve no more: its judge failed in a job's exchange
+    retiring: bool = False  # out of the cache: closed once no job holds it
+    closing: bool = False  # its judge is being closed (once)
     # What a miss of this entry costs (its judge's start and generate, measured) and what it holds.
     miss_cost_s: float = 1.0
     held: HeldMemory = field(default_factory=HeldMemory)
@@ -114,6 +128,22 @@ class CachedReference:
 
     def age_s(self) -> float:
         return time.monotonic() - self.created_at
+
+    def serves(self) -> bool:
+        return self.broken is None and self.judge.alive
+
+    @contextmanager
+    def exchange(self, deadline: float) -> Iterator[str | None]:
+        """One exchange with the judge, the other jobs' exchanges kept out: yields None, or why the judge
+        cannot serve (another job's exchange broke it, its process is gone, or another job's exchange held it
+        past `deadline`)."""
+        if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            yield "another job's exchange with it lasted past this job's deadline"
+            return
+        try:
+            yield self.broken or (None if self.judge.alive else "its process is gone")
+        finally:
+            self.lock.release()
 
 
 @dataclass(frozen=True)
@@ -128,16 +158,17 @@ class ReferenceCache:
     """Entries per problem key within a memory budget, cheapest-to-lose dropped first; thread-safe."""
 
     def __init__(self, max_entries: int, *, max_age_s: float, max_uses: int,
-                 budget: MemoryBudget | None = None, per_key: int = 1) -> None:
+                 budget: MemoryBudget | None = None, per_key: int = 1, jobs_per_judge: int = 1) -> None:
         self.max_entries = max_entries
         self.max_age_s = max_age_s
         self.max_uses = max_uses
         self.budget = budget
         self.per_key = max(1, per_key)
+        self.jobs_per_judge = max(1, jobs_per_judge)
         self._entries: dict[ProblemKey, list[CachedReference]] = {}
         self._warming: dict[ProblemKey, threading.Event] = {}
-        # Entries a job holds now, cached or private, and the thread holding each (kill_held_by).
-        self._holders: dict[int, tuple[CachedReference, threading.Thread]] = {}
+        # Entries jobs hold now, cached or private, by (entry, holding thread) (kill_held_by).
+        self._holders: dict[tuple[int, int], tuple[CachedReference, threading.Thread]] = {}
         self._inflation = 0.0
         self._evicted = 0
         self._lock = threading.Lock()
@@ -146,10 +177,11 @@ class ReferenceCache:
 
     # -- jobs ------------------------------------------------------------------------------
     def checkout(self, key: ProblemKey, wait_limit_s: float = 0.0) -> CachedReference | None:
-        """A live, fresh, free entry of the key, locked for the caller (release with `checkin`); None if
-        there is none. Stale or dead entries are retired here (their judges closed).
+        """A live, fresh entry of the key that fewer than `jobs_per_judge` jobs hold (the one fewest hold),
+        held for the caller (give it back with `checkin`); None if there is none. Stale, dead or broken
+        entries are retired here (their judges closed once no job holds them).
 
-        `wait_limit_s`: when every live entry of the key is busy (other jobs of the problem hold them), wait for
+        `wait_limit_s`: when every live entry of the key is held by as many jobs as may share it, wait for
         one to come back, for as long as starting another judge cost (the longest `miss_cost_s` among them:
         10-40 s on an H100, against seconds for a job's use of one) and at most this long."""
         deadline: float | None = None
@@ -172,22 +204,20 @@ class ReferenceCache:
             self._returned.wait_for(lambda: self._checkins != seen, timeout_s)
 
     def _checkout_now(self, key: ProblemKey) -> tuple[CachedReference | None, float | None]:
-        """(a free entry, locked) or (None, the longest miss cost among the key's busy live entries; None when
-        there is none)."""
+        """(an entry with room for one more job, now held by the caller too) or (None, the longest miss cost
+        among the key's live entries, all full; None when there is none)."""
         stale: list[CachedReference] = []
         found = None
         busy_cost_s: float | None = None
         with self._lock:
             for entry in list(self._entries.get(key, ())):
-                if not entry.judge.alive or entry.age_s() > self.max_age_s or entry.uses >= self.max_uses:
-                    if entry.lock.acquire(blocking=False):  # a busy one is retired after its job
-                        entry.lock.release()
-                        self._remove(entry)
-                        stale.append(entry)
+                if not entry.serves() or entry.age_s() > self.max_age_s or entry.uses >= self.max_uses:
+                    self._remove(entry)  # no new job; the jobs holding it finish with it
+                    stale.append(entry)
                     continue
-                if found is None and entry.lock.acquire(blocking=False):
-                    found = entry
-                elif found is None:
+                if entry.jobs < self.jobs_per_judge:
+                    found = entry if found is None or entry.jobs < found.jobs else found
+                else:
                     busy_cost_s = max(busy_cost_s or 0.0, entry.miss_cost_s)
             if found is not None:
                 found.uses += 1
@@ -198,10 +228,9 @@ class ReferenceCache:
         return found, busy_cost_s if found is None else None
 
     def add(self, entry: CachedReference, *, hold: bool = True) -> CachedReference:
-        """Keep a freshly generated entry (locked for its creator unless `hold` is False: a judge started
+        """Keep a freshly generated entry (held by its creator unless `hold` is False: a judge started
         ahead of its jobs); makes room by evicting the entries cheapest to lose."""
         if hold:
-            entry.lock.acquire()
             entry.uses = 1
             with self._lock:
                 self._held_by_me(entry)
@@ -223,16 +252,20 @@ class ReferenceCache:
         return entry
 
     def checkin(self, entry: CachedReference, *, healthy: bool) -> None:
-        """Done with an entry: kept for the next job, or (unhealthy, or never cached) closed."""
+        """A job is done with an entry: kept for the next jobs, or (unhealthy, or never cached) closed once no
+        job holds it."""
         with self._lock:
-            self._holders.pop(id(entry), None)
+            holder = (id(entry), id(threading.current_thread()))
+            if holder not in self._holders:  # given back by another thread than the one that took it
+                holder = next((taken for taken in self._holders if taken[0] == id(entry)), holder)
+            self._holders.pop(holder, None)
+            entry.jobs -= 1
             if not (healthy and entry.cached):
                 self._remove(entry)
-        entry.lock.release()
         with self._returned:  # a job waiting for a busy judge of this problem looks again (checkout)
             self._checkins += 1
             self._returned.notify_all()
-        if not (healthy and entry.cached):
+        if not (healthy and entry.cached) or entry.retiring:
             self._retire(entry)
 
     def kill_held_by(self, threads: set[threading.Thread]) -> int:
@@ -240,10 +273,11 @@ class ReferenceCache:
         thread blocked on a judge's reply wakes with an error, and the entries are dropped, so no job is
         given a killed judge. Returns how many were killed."""
         with self._lock:
-            victims = [entry for entry, holder in self._holders.values() if holder in threads]
+            victims = list({id(entry): entry for entry, holder in self._holders.values() if holder in threads}.values())
             for entry in victims:
                 self._remove(entry)
-                entry.cached = False  # its holder's checkin retires it
+                entry.cached = False  # its holders' checkins retire it
+                entry.broken = "it was killed: a job holding it stalled its lane"
         for entry in victims:
             try:
                 entry.judge.kill()
@@ -289,7 +323,9 @@ class ReferenceCache:
     # -- inside ------------------------------------------------------------------------------
     def _held_by_me(self, entry: CachedReference) -> None:
         """Called with the lock held."""
-        self._holders[id(entry)] = (entry, threading.current_thread())
+        entry.jobs += 1
+        thread = threading.current_thread()
+        self._holders[(id(entry), id(thread))] = (entry, thread)
 
     def _share(self, entry: CachedReference) -> float:
         return self.budget.share(entry.held) if self.budget is not None else 1.0
@@ -320,23 +356,23 @@ class ReferenceCache:
             victims = [e for e in entries if e is not protect]
             if not victims:
                 return evicted
-            victim = min(victims, key=lambda e: (e.lock.locked(), e.value))
+            victim = min(victims, key=lambda e: (e.jobs > 0, e.value))
             self._remove(victim)
             self._inflation = max(self._inflation, victim.value)
             self._evicted += 1
             evicted.append(victim)
 
-    @staticmethod
-    def _retire(entry: CachedReference) -> None:
-        # Off the job's path (closing waits for the judge to exit), and only once no job holds the entry:
-        # an entry evicted or replaced while checked out still serves that job. Closing it at once
-        # failed 5 of 101 jobs on an H100 with 8 evaluations in one process ("the judge exited with
-        # code 0 before it reported a result").
-        def close_when_free() -> None:
-            with entry.lock:
-                entry.judge.close()
-
-        threading.Thread(target=close_when_free, name="judge-retire", daemon=True).start()
+    def _retire(self, entry: CachedReference) -> None:
+        """Close an entry out of the cache once no job holds it (the last one's checkin closes it): an entry
+        evicted or replaced while checked out still serves its jobs. Closing it at once failed 5 of 101 jobs
+        on an H100 with 8 evaluations in one process ("the judge exited with code 0 before it reported a
+        result"). Off the job's path: closing waits for the judge to exit."""
+        with self._lock:
+            entry.retiring = True
+            if entry.jobs > 0 or entry.closing:
+                return
+            entry.closing = True
+        threading.Thread(target=entry.judge.close, name="judge-retire", daemon=True).start()
 
     def close(self) -> None:
         with self._lock:
@@ -351,9 +387,11 @@ _caches_lock = threading.Lock()
 
 
 def cache_for(settings: EngineSettings) -> ReferenceCache:
-    """This worker's cache (one per GPU index and schedule), sized by the worker's memory."""
+    """This worker's cache (one per GPU index and schedule), sized by the worker's memory; its jobs share a
+    judge up to the schedule's concurrency."""
+    sharers = settings.gpu_schedule.sharers if settings.gpu_schedule is not None else 1
     key = (settings.gpu_index, settings.reference_cache_entries, settings.reference_max_age_s,
-           settings.reference_max_uses)
+           settings.reference_max_uses, sharers)
     with _caches_lock:
         cache = _caches.get(key)
         if cache is None:
@@ -364,9 +402,8 @@ def cache_for(settings: EngineSettings) -> ReferenceCache:
                                              gpu_fraction=settings.reference_cache_gpu_fraction,
                                              host_fraction=settings.reference_cache_host_fraction,
                                              lanes_on_host=settings.lanes_on_host)
-            sharers = settings.gpu_schedule.sharers if settings.gpu_schedule is not None else 1
             cache = ReferenceCache(settings.reference_cache_entries, max_age_s=settings.reference_max_age_s,
                                    max_uses=settings.reference_max_uses,
-                                   budget=budget, per_key=sharers)
+                                   budget=budget, per_key=sharers, jobs_per_judge=sharers)
             _caches[key] = cache
         return cache
