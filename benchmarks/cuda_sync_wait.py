@@ -11,15 +11,13 @@ before torch starts CUDA, and the table shows the flags the context reports afte
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
-from datetime import date
 from pathlib import Path
+
+from benchmarks.report import finish_report, parser_for, report_head
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("default", "spin", "blocking")
@@ -82,16 +80,12 @@ def run_phase(mode: str, processes: int, seconds: float, size: int, phase: str) 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cuda_sync_wait", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = parser_for("benchmarks.cuda_sync_wait", __doc__)
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--size", type=int, default=2048)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    lines = [f"# CUDA's wait for the device: spinning or blocking ({date.today().isoformat()})", "",
-             f"- host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-             f"- command: `python -m benchmarks.cuda_sync_wait {' '.join(sys.argv[1:])}`",
+    lines = [*report_head("CUDA's wait for the device: spinning or blocking", "benchmarks.cuda_sync_wait"),
              f"- contended: {args.processes} processes on one GPU for {args.seconds:g} s, each a loop of "
              f"({args.size}x{args.size} matmul).sum().item()", "",
              "| mode | context flags | processes | steps | steps / s | CPU s per process-second | CPU ms per step |",
@@ -108,11 +102,7 @@ def main() -> int:
                      f"{cpu_s / (wall_s * args.processes):.2f} | {cpu_s * 1000 / max(steps, 1):.2f} |")
         (solo,) = run_phase(mode, 1, args.seconds, args.size, "alone")
         alone.append(f"| {mode} | {solo['flags']} | {solo['round_trip_us']:.1f} | {solo['matmul_ms']:.4f} |")
-    text = "\n".join(lines + alone) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return finish_report(lines + alone, args.out)
 
 
 if __name__ == "__main__":

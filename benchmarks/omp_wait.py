@@ -10,14 +10,12 @@ work is the device's, and the host was the two-GPU batch's bottleneck.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
-from datetime import date
-from pathlib import Path
+
+from benchmarks.report import finish_report, parser_for, report_head
 
 CHILD = r"""
 import json, sys, time, torch
@@ -44,17 +42,13 @@ def run(policy: str | None, threads: int, ops: int, gap_s: float) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.omp_wait", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = parser_for("benchmarks.omp_wait", __doc__)
     parser.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1))
     parser.add_argument("--ops", type=int, default=300)
     parser.add_argument("--gap-s", type=float, default=0.001)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    lines = [f"# OpenMP wait policy between host steps ({date.today().isoformat()})", "",
-             f"- host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-             f"- command: `python -m benchmarks.omp_wait {' '.join(sys.argv[1:])}`",
+    lines = [*report_head("OpenMP wait policy between host steps", "benchmarks.omp_wait"),
              f"- {args.ops} ops (randn 512x1024, x*2+1, sum), {args.gap_s * 1000:.1f} ms of host work after each, "
              f"{args.threads} threads", "",
              "| policy | run | wall s | CPU s | CPU s / wall s |", "|---|---|---|---|---|"]
@@ -63,11 +57,7 @@ def main() -> int:
             row = run(policy, args.threads, args.ops, args.gap_s)
             lines.append(f"| {policy or 'default'} | {repeat + 1} | {row['wall_s']:.2f} | {row['cpu_s']:.2f} | "
                          f"{row['cpu_s'] / row['wall_s']:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return finish_report(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from worker.config.env_section import EnvSection
 from worker.engine.cpu_plan import AUTO, DEFAULT_LANE_CPUS
@@ -18,6 +18,9 @@ BUILD_PATHS = ("auto", "full")
 # How a GPU sandbox's CUDA waits for the device (sandbox_side/runtime/cuda_sync.py): CUDA's default spins a core
 # through every wait; blocking sleeps until the device is done.
 CUDA_SYNC_WAITS = ("auto", "blocking")
+# Settings that take one of a few names: each field's variable and its names.
+CHOICES = {"build_path": ("KERNELJUDGE_BUILD_PATH", BUILD_PATHS),
+           "cuda_sync_wait": ("KERNELJUDGE_CUDA_SYNC_WAIT", CUDA_SYNC_WAITS)}
 
 
 class EngineSection(EnvSection):
@@ -94,16 +97,10 @@ class EngineSection(EnvSection):
     def _warm_sandboxes(cls, value: Any) -> Any:
         return None if value == "auto" else value
 
-    @field_validator("cuda_sync_wait")
+    @field_validator(*CHOICES)
     @classmethod
-    def _cuda_sync_wait(cls, value: str) -> str:
-        if value not in CUDA_SYNC_WAITS:
-            raise ValueError(f"KERNELJUDGE_CUDA_SYNC_WAIT must be one of {', '.join(CUDA_SYNC_WAITS)}, not {value!r}")
-        return value
-
-    @field_validator("build_path")
-    @classmethod
-    def _build_path(cls, value: str) -> str:
-        if value not in BUILD_PATHS:
-            raise ValueError(f"KERNELJUDGE_BUILD_PATH must be one of {', '.join(BUILD_PATHS)}, not {value!r}")
+    def _one_of(cls, value: str, info: ValidationInfo) -> str:
+        variable, names = CHOICES[info.field_name or ""]
+        if value not in names:
+            raise ValueError(f"{variable} must be one of {', '.join(names)}, not {value!r}")
         return value
