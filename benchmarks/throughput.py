@@ -111,6 +111,7 @@ class Outcome:
     timing_runs: dict | None = None
     # Where the start of the judge it started (or was the first to use) went (result.extra.judge_start).
     judge_start: dict | None = None
+    judge_lost: str | None = None  # why the judge it shared could not serve it (it ran again with another)
     gpu: int | None = None  # the host GPU that ran it (result.environment.gpu_index): a lane, on several GPUs
     # Each rule that fired, with its evidence (result.rules): why a sample was rejected or flagged.
     rules: list[str] = field(default_factory=list)
@@ -465,6 +466,7 @@ def outcome_of(job, origin=None) -> Outcome:
                    candidate_cpu_s=result.extra.candidate_cpu_s,
                    timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
+                   judge_lost=result.extra.judge_lost,
                    compile_baseline=compile_info.get("state") if isinstance(compile_info, dict) else None,
                    gpu=result.environment.gpu_index if result.environment else None,
                    cuda_sync_wait=result.environment.cuda_sync_wait if result.environment else None,

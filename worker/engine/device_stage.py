@@ -301,7 +301,7 @@ class DeviceStage:
                 self.builder.extra.reference_judge = "started its own judge: " + self._why_own_judge(key, spent)
         if entry is not None:
             self.builder.extra.reference_cache = "hit"
-            if entry.prestarted and entry.uses == 1:
+            if entry.prestarted and self.cache.first_to_report(entry):
                 self.builder.extra.reference_judge = "started ahead, while the candidate was prepared"
                 self.builder.extra.judge_start = entry.start
         else:

@@ -124,6 +124,7 @@ class CachedReference:
     held: HeldMemory = field(default_factory=HeldMemory)
     value: float = 0.0  # GreedyDual-Size priority: the lowest goes first
     prestarted: bool = False  # started ahead of its first job (judge_start.JudgeWarmer)
+    start_reported: bool = False  # a job said where its start went (the one that started it, or its first)
     start: JudgeStartNote | None = None  # where its start went (judge_start.start_entry)
 
     def age_s(self) -> float:
@@ -232,6 +233,7 @@ class ReferenceCache:
         ahead of its jobs); makes room by evicting the entries cheapest to lose."""
         if hold:
             entry.uses = 1
+            entry.start_reported = True  # by its creator
             with self._lock:
                 self._held_by_me(entry)
         if self.max_entries <= 0 or entry.key is None:
@@ -267,6 +269,13 @@ class ReferenceCache:
             self._returned.notify_all()
         if not (healthy and entry.cached) or entry.retiring:
             self._retire(entry)
+
+    def first_to_report(self, entry: CachedReference) -> bool:
+        """True for one job only: the one that says where the entry's judge start went (a judge started ahead
+        is first served by whichever of the jobs sharing it asks first)."""
+        with self._lock:
+            first, entry.start_reported = not entry.start_reported, True
+            return first
 
     def kill_held_by(self, threads: set[threading.Thread]) -> int:
         """Kill the judges `threads` hold (a stalled lane's abandoned threads, worker/jobs/watchdog.py): a
