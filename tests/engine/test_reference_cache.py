@@ -321,3 +321,10 @@ def test_a_dead_judge_or_an_exchange_held_past_the_deadline_is_no_answer():
     with entry.exchange(time.monotonic() + 30) as lost:
         assert lost is None and entry.lock.locked()
     assert not entry.lock.locked()
+
+
+def test_no_start_is_announced_for_others_to_share_when_the_cache_is_off():
+    """A job that starts a judge announces it, so that jobs of its problem that come meanwhile wait and share it;
+    with the cache off nothing is kept to share, and each job starts its own at once."""
+    assert not ReferenceCache(0, max_age_s=600.0, max_uses=100).begin_warming(_key())
+    assert _cache().begin_warming(_key())

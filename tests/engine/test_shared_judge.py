@@ -69,3 +69,41 @@ def test_a_judge_another_job_broke_sends_this_job_to_another_judge(settings):
     replacement = cache.checkout(key_of(request, settings))
     assert replacement is not None and replacement is not shared
     cache.checkin(replacement, healthy=True)
+
+
+def test_jobs_sharing_a_judge_time_alone_by_turns_without_waiting_on_each_other(settings):
+    """Three jobs at a time, six in all, of one problem, each with its own device lease (as the service's lanes run
+    them): their exchanges with the one judge happen only inside their stages' holds, so a job timing alone never
+    waits for the judge another job holds, and no job waits for a lease while it holds the judge."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    schedule = settings.gpu_schedule = GpuSchedule("dev0", sharers=3)
+    request = EvalRequest(reference=_request().reference, candidate=HONEST_SILU,
+                          options=EvalOptions(timing=True, timing_budget_s=0.2))
+    timing_alone: list[int] = []
+    guard = threading.Lock()
+
+    def one_job(_: int):
+        lease = schedule.lease()
+
+        def on_stage(stage: Stage) -> None:
+            lease.enter(stage)
+            if stage == Stage.timing:
+                with guard:
+                    timing_alone.append(schedule.state().shared)
+
+        try:
+            return evaluate(request, settings=settings, on_stage=on_stage)
+        finally:
+            lease.release()
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(one_job, range(6)))
+    assert all(r.status == EvalStatus.ok and r.timing is not None for r in results), [r.error for r in results]
+    assert all(r.extra.judge_lost is None for r in results)
+    assert timing_alone == [0] * 6, "every timing window had the device alone"
+    cache = cache_for(settings)
+    (judge,) = cache.entries_of(key_of(request, settings))
+    assert judge.uses == 6 and judge.jobs == 0, "one judge served all six"
+    assert schedule.state().shared == 0

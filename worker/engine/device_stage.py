@@ -280,51 +280,21 @@ class DeviceStage:
         request = self.prepared.request
         self._compile_record: CompileBaselineRecord | None = None
         key = judge_start.key_of(request, self.settings)
-        entry = self.cache.checkout(key)
-        if entry is None:
-            # Waits for a judge hold nothing on the device (its start needs the device to generate).
-            notify(self.on_stage, Stage.reference_wait)
-            warming = self.cache.warming(key)
-            if warming is not None:  # being started ahead (judge_start.JudgeWarmer): rather than start a second
-                warming.wait(opts.limits.run_s)
-            waited = time.monotonic()
-            # Every judge of the problem busy with another job: waiting for one costs less than starting another.
-            entry = self.cache.checkout(key, wait_limit_s=opts.limits.run_s)
-            spent = time.monotonic() - waited
-            if entry is not None:
-                notify(self.on_stage, Stage.reference)
-                if spent >= 0.01:
-                    self.builder.extra.reference_judge = (
-                        f"waited {spent:.2f} s for its problem's judge, busy with another job (starting another "
-                        "would have taken longer)")
-            else:
-                self.builder.extra.reference_judge = "started its own judge: " + self._why_own_judge(key, spent)
+        entry, announced = self._shared_judge(key)
         if entry is not None:
             self.builder.extra.reference_cache = "hit"
             if entry.prestarted and self.cache.first_to_report(entry):
                 self.builder.extra.reference_judge = "started ahead, while the candidate was prepared"
                 self.builder.extra.judge_start = entry.start
         else:
-            # The judge's process start, CUDA set-up and the reference's import are host work: they hold
-            # no device lock (holding it shared for those 5-6 s kept every other job's timing waiting);
-            # only generating the reference's outputs does.
             try:
-                entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s,
-                                                self._generate_hold())
-            except JudgeStartFailure as failed:
-                # Nothing of the reference ran (on two H100s a lane's judges could not see their GPU, and
-                # every job of that lane was called the reference's fault): the harness's failure.
-                return self.builder.fail(
-                    EvalStatus.sandbox_error, ErrorKind.judge_start_failed,
-                    f"the judge's runtime did not start ({failed.failure.kind}: {failed.failure.message}); nothing "
-                    "of the reference or the candidate ran: this is not a verdict, submit it again",
-                    log_excerpt=failed.failure.detail[-4000:] or None)
-            except UserFailure as failure:
-                self._note_memory(failure)
-                return self.builder.reference_failure(failure)
-            entry = self.cache.add(entry)
-            self.builder.extra.reference_cache = "off" if self.settings.reference_cache_entries <= 0 else "miss"
-            self.builder.extra.judge_start = entry.start
+                started = self._start_judge(key)
+            finally:
+                if announced:  # the jobs that came meanwhile look again, and share it
+                    self.cache.end_warming(key)
+            if isinstance(started, EvalResult):
+                return started
+            entry = started
         generated = entry.judge.generated
         assert generated is not None
         self._record_environment(generated.environment)
@@ -342,6 +312,69 @@ class DeviceStage:
         # The problem's persisted baselines: asked for now, measured in the background while this job runs.
         self._baseline_key = BaselineKey.of(request.reference, opts.device.value, generated.environment.get("gpu_name"))
         compile_baseline.request(self._baseline_key, request.reference, opts, self.settings)
+        return entry
+
+    def _shared_judge(self, key: ProblemKey) -> tuple[CachedReference | None, bool]:
+        """A judge of the problem for this job to share, waiting (holding nothing on the device) for one being
+        started, by the warmer or by another job, and for room on one that as many jobs hold as may share it;
+        else (None, announced): this job starts one, announced to the jobs that come meanwhile (they wait for it
+        and share it) unless its problem's judges are only full (then a private one, unannounced)."""
+        entry = self.cache.checkout(key)
+        if entry is not None:
+            return entry, False
+        # Waits for a judge hold nothing on the device (its start needs the device to generate).
+        notify(self.on_stage, Stage.reference_wait)
+        began = time.monotonic()
+        limit = began + self.options.limits.run_s
+        being_started = False
+        while True:
+            warming = self.cache.warming(key)
+            if warming is not None:  # being started (the warmer, or another job): rather than start a second
+                being_started = True
+                warming.wait(max(0.0, limit - time.monotonic()))
+            waited = time.monotonic()
+            # Its judges all full: waiting for room costs less than starting another.
+            entry = self.cache.checkout(key, wait_limit_s=max(0.0, limit - time.monotonic()))
+            if entry is not None:
+                notify(self.on_stage, Stage.reference)
+                spent = time.monotonic() - began
+                if spent >= 0.01:
+                    why = "being started" if being_started else "held by as many jobs as may share it"
+                    self.builder.extra.reference_judge = (f"waited {spent:.2f} s for its problem's judge, {why} "
+                                                          "(starting another would have taken longer)")
+                return entry, False
+            announced = self.cache.begin_warming(key)
+            if announced or self.cache.warming(key) is None or time.monotonic() >= limit:
+                break
+            # Another job announced a start between this job's look and its own: wait for that one.
+        self.builder.extra.reference_judge = "started its own judge: " + self._why_own_judge(key,
+                                                                                           time.monotonic() - waited)
+        return None, announced
+
+    def _start_judge(self, key: ProblemKey) -> CachedReference | EvalResult:
+        """This job's own judge, started and kept for the jobs after it; or the job's result when it did not
+        start (a harness failure) or the reference failed."""
+        opts, request = self.options, self.prepared.request
+        # The judge's process start, CUDA set-up and the reference's import are host work: they hold
+        # no device lock (holding it shared for those 5-6 s kept every other job's timing waiting);
+        # only generating the reference's outputs does.
+        try:
+            entry = judge_start.start_entry(request, self.settings, key, time.monotonic() + opts.limits.run_s,
+                                            self._generate_hold())
+        except JudgeStartFailure as failed:
+            # Nothing of the reference ran (on two H100s a lane's judges could not see their GPU, and
+            # every job of that lane was called the reference's fault): the harness's failure.
+            return self.builder.fail(
+                EvalStatus.sandbox_error, ErrorKind.judge_start_failed,
+                f"the judge's runtime did not start ({failed.failure.kind}: {failed.failure.message}); nothing "
+                "of the reference or the candidate ran: this is not a verdict, submit it again",
+                log_excerpt=failed.failure.detail[-4000:] or None)
+        except UserFailure as failure:
+            self._note_memory(failure)
+            return self.builder.reference_failure(failure)
+        entry = self.cache.add(entry)
+        self.builder.extra.reference_cache = "off" if self.settings.reference_cache_entries <= 0 else "miss"
+        self.builder.extra.judge_start = entry.start
         return entry
 
     def _generate_hold(self) -> GenerateHold:

@@ -296,9 +296,11 @@ class ReferenceCache:
 
     # -- judges started ahead ------------------------------------------------------------
     def begin_warming(self, key: ProblemKey) -> bool:
-        """Claim the start of a judge for `key` ahead of its jobs: False when one is cached or starting."""
+        """Announce the start of a judge for `key` (ahead of its jobs, or by a job), for the jobs that come
+        meanwhile to wait for and share: False when one is cached or starting, or the cache is off (a judge
+        started then is no one else's)."""
         with self._lock:
-            if key in self._warming or self._entries.get(key):
+            if self.max_entries <= 0 or key in self._warming or self._entries.get(key):
                 return False
             self._warming[key] = threading.Event()
             return True
