@@ -170,7 +170,10 @@ def test_the_judge_waits_for_the_device_as_configured_and_the_job_is_timed_alike
     flags back from the driver); a job under either wait passes and is timed with events."""
     settings.cuda_sync_wait = wait
     problem = load_problem("elementwise")
-    result = run_eval(problem.reference, problem.cuda_ok, device="cuda", timing=True, timing_budget_s=1.0)
+    # A reference of its own: a judge cached by another test started under another wait (a service's wait is
+    # one setting for its life).
+    reference = f"{problem.reference}\n# cuda-sync-wait {wait}\n"
+    result = run_eval(reference, problem.cuda_ok, device="cuda", timing=True, timing_budget_s=1.0)
     assert result.status == EvalStatus.ok, result.error
     assert result.environment.cuda_sync_wait == wait
     assert result.timing.method.startswith("cuda_events") and result.timing.candidate.n >= 10
