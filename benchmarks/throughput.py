@@ -678,6 +678,20 @@ def agreement(service: Phase, serial: Phase, pairs: list[Pair]) -> Agreement:
     return found
 
 
+def judges_line(phase: Phase) -> str | None:
+    """How many judges the batch's jobs started, and what became of them (a job that started one, or was the
+    first a judge started ahead served, says so in `judge_start`); None where no job said."""
+    starts = [o for o in phase.outcomes.values() if o.judge_start]
+    lost = sum(1 for o in phase.outcomes.values() if o.judge_lost)
+    if not starts and not lost:
+        return None
+    ahead = sum(1 for o in starts if (o.reference_judge or "").startswith("started ahead"))
+    cpu = [o.judge_start["cpu_s"] for o in starts if o.judge_start.get("cpu_s") is not None]
+    cpu_text = f", {sum(cpu):.0f} CPU s in their starts ({len(cpu)} measured)" if cpu else ""
+    return (f"Judges during {phase.workload} ({phase.path}): {len(starts)} started ({ahead} ahead of their jobs, "
+            f"{len(starts) - ahead} by a job){cpu_text}; {lost} job(s) lost a shared judge and ran again.")
+
+
 def row(phase: Phase, found: Agreement | None) -> str:
     latencies = [o.latency_s for o in phase.outcomes.values() if o.latency_s is not None]
     stages: dict[str, list[float]] = {}
@@ -748,6 +762,8 @@ class Report:
                      "|" + "---|" * (self.HEADER.count("|") - 1),
                      *[row(phase, found) for phase, found in self.phases], ""]
             for phase, _ in self.phases:
+                if (judges := judges_line(phase)) is not None:
+                    lines += [judges, ""]
                 if phase.sched:
                     lines += [f"Host threads during {phase.workload} ({phase.path}), by class (benchmarks/host_sched.py):",
                               phase.sched, ""]

@@ -100,3 +100,18 @@ def test_a_jobs_row_names_the_gpu_that_ran_it_and_the_evidence_of_each_rule_that
                                                          "candidate_host_ms": 0.31}
     assert outcome.rules == ["KJ-R20-timing-disagrees-with-supervisor-clock (reject): reported 0.1 ms per call; "
                              "the supervisor's clock allows 0.2 ms"]
+
+
+def test_the_report_says_how_many_judges_a_batch_started_and_how_many_jobs_lost_a_shared_one():
+    phase = throughput.Phase("rl", "service, embedded", jobs=4, wall_s=10.0)
+    phase.outcomes = {
+        "a": throughput.Outcome("ok", judge_start={"cpu_s": 12.5}, reference_cache="hit",
+                                reference_judge="started ahead, while the candidate was prepared"),
+        "b": throughput.Outcome("ok", judge_start={"cpu_s": 20.0}, reference_cache="miss",
+                                reference_judge="started its own judge: none of its problem was cached on this GPU"),
+        "c": throughput.Outcome("ok", reference_cache="hit", judge_lost="it failed while comparing for another job"),
+        "d": throughput.Outcome("incorrect", reference_cache="hit")}
+    assert throughput.judges_line(phase) == (
+        "Judges during rl (service, embedded): 2 started (1 ahead of their jobs, 1 by a job), 32 CPU s in their "
+        "starts (2 measured); 1 job(s) lost a shared judge and ran again.")
+    assert throughput.judges_line(throughput.Phase("rl", "serial engine")) is None
