@@ -6,7 +6,7 @@ keeps a core at 100% for as long as the device takes, also while the device runs
 sync puts the waiting thread to sleep in the driver and wakes it when the work is done.
 
 The flags belong to the device's primary context (the one torch uses), so they are set through the driver API
-before torch starts CUDA; `cuCtxSetFlags` changes them on the live context (CUDA 12.1 and later).
+before torch starts CUDA.
 """
 
 from __future__ import annotations

@@ -266,8 +266,7 @@ def start_candidate_runner(key: PoolKey, settings: EngineSettings) -> WarmRunner
 def pool_for(device: Device, sandbox: SandboxKind, settings: EngineSettings) -> SandboxPool:
     """The pool of candidate runners for this kind of job (started on first use)."""
     key = PoolKey(device, sandbox, settings.gpu_index, settings.cpu_threads, settings.cuda_sync_wait,
-                  settings.isolate_network,
-                  settings.cuda_arch_list, settings.pool_size(), settings.isolation,
+                  settings.isolate_network, settings.cuda_arch_list, settings.pool_size(), settings.isolation,
                   (settings.sandbox_tmp_bytes, settings.sandbox_shm_bytes, settings.sandbox_ext_bytes),
                   settings.sandbox_memory_bytes)
     with _pools_lock:

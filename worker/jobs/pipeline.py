@@ -335,9 +335,9 @@ class DeviceLane:
     def _next_ready(self) -> _Ticket:
         """The prepared job to run next: highest priority first; among equals, one whose problem has no
         job on the device now (the jobs on the device share their problems' judges, whose exchanges take
-        turns: different problems' jobs wait for none), then the first claimed (claim order keeps a problem's jobs together: ordering by submission time
-        instead let a problem's last job be passed until its judge was evicted). Called with the lock
-        held and `_ready` not empty."""
+        turns: different problems' jobs wait for none), then the first claimed (claim order keeps a
+        problem's jobs together: ordering by submission time instead let a problem's last job be passed
+        until its judge was evicted). Called with the lock held and `_ready` not empty."""
         best = min(range(len(self._ready)),
                    key=lambda i: (self._ready[i][0], self._on_device[self._ready[i][2].job.problem_id] > 0,
                                   self._ready[i][1]))
