@@ -120,3 +120,26 @@ def test_the_supervisors_threads_leave_the_reserved_cores_and_threads_it_starts_
                 os.sched_setaffinity(tid, cpus)
             except OSError:
                 pass
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to reserve one")
+def test_a_plan_made_after_the_supervisor_is_confined_is_the_plan_made_before():
+    # Each timed job makes its lane's plan again, from a supervisor thread that `confine_supervisor` has
+    # moved off the reserved cores: the plan must still see the host's cores, not that thread's.
+    from worker.engine.cpu_plan import confine_supervisor
+
+    cores = sorted(os.sched_getaffinity(0))
+    before = {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")}
+    setting = str(cores[-1])
+    first = plan_cpus(setting, lane=0, lanes=1, siblings=lambda cpu: (cpu,))
+    assert first.lane_cpus == (cores[-1],) and first.build_cpus == tuple(cores[:-1])
+    try:
+        assert confine_supervisor(first)
+        assert os.sched_getaffinity(0) == set(cores[:-1])
+        assert plan_cpus(setting, lane=0, lanes=1, siblings=lambda cpu: (cpu,)) == first
+    finally:
+        for tid, cpus in before.items():
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass

@@ -30,9 +30,13 @@ class Starter:
             self.gate.set()
         self.started: list[FakeRunner] = []
         self.fail_with: Exception | None = None
+        self.failures_left = 0  # starts that crash before the next one succeeds
 
     def __call__(self) -> FakeRunner:
         self.gate.wait()
+        if self.failures_left:
+            self.failures_left -= 1
+            raise SandboxUnavailable("the process was killed by SIGSEGV")
         if self.fail_with is not None:
             raise self.fail_with
         runner = FakeRunner(len(self.started))
@@ -91,6 +95,17 @@ def test_a_failed_start_reaches_the_caller():
     try:
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             pool.take(timeout_s=30)
+    finally:
+        pool.close()
+
+
+def test_a_start_that_fails_once_is_started_again_and_the_caller_gets_a_runner():
+    starter = Starter()
+    starter.failures_left = 1
+    pool = SandboxPool(starter, size=1)
+    try:
+        runner = pool.take(timeout_s=30)
+        assert starter.failures_left == 0 and runner is starter.started[0]
     finally:
         pool.close()
 

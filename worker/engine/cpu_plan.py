@@ -60,7 +60,12 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(cpus))
 
 
+@functools.cache
 def available_cpus() -> tuple[int, ...]:
+    """The cores this process may use, read once: the first plan is made before `confine_supervisor` narrows the
+    supervisor's own threads, whose affinity then no longer tells the host's cores. Read again each time, every
+    later plan was made from the confined set: on a 32-core host with two lanes the reservations crept down and
+    builds ran on 20 cores while 8 stayed idle."""
     try:
         return tuple(sorted(os.sched_getaffinity(0)))
     except (AttributeError, OSError):

@@ -36,8 +36,12 @@ log = logging.getLogger(__name__)
 # Pooled runners wait for a job of unknown length: the job's own CPU limit is set at `load`.
 POOLED_CPU_S = 4 * 3600
 READY_TIMEOUT_S = 300.0
-# After a failed start the refiller waits this long before trying again (not a synchronisation).
+# After failed starts the refiller waits this long before trying again (not a synchronisation).
 RETRY_AFTER_S = 5.0
+# Starts that must fail in a row before a caller gets the failure. One runner crashing in its start (a warm runner
+# died of SIGSEGV once in a two-GPU batch) is the harness's accident: the next start serves the job. A sandbox that
+# cannot start at all fails every time, and the callers hear it.
+FAILED_STARTS_TO_REPORT = 3
 
 
 class PoolEmpty(TimeoutError):
@@ -79,6 +83,7 @@ class SandboxPool:
         self._ready: deque[WarmRunner] = deque()
         self._starting = 0
         self._error: Exception | None = None
+        self._failed_starts_in_a_row = 0
         self._closed = False
         self._cond = threading.Condition()
         # Runners handed out and not yet retired, with the thread that took each (kill_taken_by).
@@ -169,10 +174,15 @@ class SandboxPool:
                     self._ready.append(runner)
                 elif runner is not None:
                     self._teardown.put(runner)
-                if error is not None:
+                if error is None:
+                    self._failed_starts_in_a_row = 0
+                else:
+                    self._failed_starts_in_a_row += 1
+                reported = self._failed_starts_in_a_row >= FAILED_STARTS_TO_REPORT
+                if error is not None and reported:
                     self._error = error
                 self._cond.notify_all()
-                if error is not None and not self._closed:
+                if error is not None and reported and not self._closed:
                     self._cond.wait(RETRY_AFTER_S)
 
     def _teardown_loop(self) -> None:
