@@ -115,3 +115,16 @@ def test_the_report_says_how_many_judges_a_batch_started_and_how_many_jobs_lost_
         "Judges during rl (service, embedded): 2 started (1 ahead of their jobs, 1 by a job), 32 CPU s in their "
         "starts (2 measured); 1 job(s) lost a shared judge and ran again.")
     assert throughput.judges_line(throughput.Phase("rl", "serial engine")) is None
+
+
+def test_the_report_gives_the_batchs_pace_from_its_tenth_percentile_of_verdicts_on():
+    phase = throughput.Phase("rl", "service, embedded", jobs=20, wall_s=60.0, gpus=2)
+    # Twenty verdicts: the first two late (the warm-up), then one a second from 30 s to 47 s.
+    finishes = [25.0, 29.0, *[30.0 + i for i in range(18)]]
+    phase.outcomes = {f"job{i}": throughput.Outcome("ok", timeline={"finished": t}) for i, t in enumerate(finishes)}
+    # From the tenth percentile (the third verdict, at 30 s) to the last (47 s): 17 verdicts in 17 s.
+    assert throughput.pace_line(phase) == (
+        "Pace during rl (service, embedded): the first verdict at 25.0 s, the tenth percentile at 30.0 s, the last "
+        "at 47.0 s; from the tenth percentile on, 3600 verdicts an hour, 1800 per GPU-hour (2 GPUs).")
+    phase.outcomes = dict(list(phase.outcomes.items())[:9])
+    assert throughput.pace_line(phase) is None  # too few to tell a pace
