@@ -4,8 +4,8 @@ Every `every_s` the sampler reads each thread's /proc/PID/task/TID/stat (its nam
 run on a core, nanoseconds runnable but waiting in a run queue) and keeps the latest. At the end, per class of
 thread, CPU seconds and run-queue seconds since the sampler started. A thread's class is its sandbox's role,
 read once per process from the KJ_ROLE and KJ_MODE the service puts in every sandbox's environment (inherited
-by what the sandbox starts: a build's compilers are "build"): "judge", "runner" (a candidate's), "build";
-else "server" (the service's own process) or "other" (the spawner, the benchmark, the system). A class whose
+by what the sandbox starts: a build's compilers are "build"): "judge", "runner" (a candidate's), "build",
+"baseline" (the judge that measures a problem's torch.compile baseline in the background, KJ_PURPOSE); else "server" (the service's own process) or "other" (the spawner, the benchmark, the system). A class whose
 waiting seconds rival its CPU seconds is starved of cores.
 
 A thread that ends between two samples loses what it ran since the last one (a compiler of a second or two
@@ -36,7 +36,7 @@ class ClassTotals:
                 f"{self.threads} threads (CPU s / waiting s by name: {names})")
 
 
-CLASSES = ("build", "judge", "runner", "server", "other")
+CLASSES = ("build", "judge", "runner", "baseline", "server", "other")
 ROLES = {("reference", "run"): "judge", ("candidate", "run"): "runner", ("candidate", "build"): "build"}
 
 
@@ -62,6 +62,8 @@ def sandbox_role(process: Path) -> str | None:
         return None
     if "KJ_ROLE" not in variables:
         return None
+    if variables.get("KJ_PURPOSE") == "compile-baseline":  # worker/engine/timing/baseline_worker.py
+        return "baseline"
     return ROLES.get((variables["KJ_ROLE"], variables.get("KJ_MODE", "run")), "other")
 
 

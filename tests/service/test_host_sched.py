@@ -17,10 +17,11 @@ CHILD = "x = 0\nfor i in range(3_000_000): x += i\nprint('done', flush=True)\nin
 
 
 @pytest.mark.skipif(not SchedSampler().available, reason="this kernel keeps no per-thread schedstat")
-@pytest.mark.parametrize(("role", "mode", "klass"), [("candidate", "build", "build"), ("reference", "run", "judge"),
-                                                     ("candidate", "run", "runner")])
-def test_a_sandbox_s_threads_count_in_its_role(role, mode, klass):
-    env = {**os.environ, "KJ_ROLE": role, "KJ_MODE": mode}
+@pytest.mark.parametrize(("role", "mode", "purpose", "klass"), [
+    ("candidate", "build", None, "build"), ("reference", "run", None, "judge"), ("candidate", "run", None, "runner"),
+    ("reference", "run", "compile-baseline", "baseline")])
+def test_a_sandbox_s_threads_count_in_its_role(role, mode, purpose, klass):
+    env = {**os.environ, "KJ_ROLE": role, "KJ_MODE": mode, **({"KJ_PURPOSE": purpose} if purpose else {})}
     with SchedSampler(server_pid=os.getpid(), every_s=0.05) as sampler:
         child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)

@@ -9,13 +9,15 @@ batch little: the compile is host work on the build cores that starts only while
 the timing window takes its turn on the device like a job's.
 
 1. start the judge (the reference on one trial's inputs and the timing pool's; fresh secret seeds,
-   nothing of them kept) on the build cores, generating under the device's shared hold;
+   nothing of them kept) on the build cores at the builds' nice value (background work: the jobs' judges and
+   runners come first), generating under the device's shared hold;
 2. compile the reference with torch.compile (default mode) and check its output on the first trial
    against the eager one (sandbox_side/judging/compiled_reference.py); the compile is mostly host work of
    10-60 s, so it holds nothing on the device: it starts only while nobody times (GpuSchedule.background),
    and its judge is paused while a job is timed (GpuSchedule.neighbour: Inductor's autotuning runs kernels);
-3. time the eager and the compiled reference interleaved in one exclusive window (a calibration run
-   of each, then alternating blocks, eager-compiled then compiled-eager, so that drift cancels), and
+3. time the eager and the compiled reference interleaved in one exclusive window, on the lane's reserved
+   cores as a job's window is (a calibration run of each, then alternating blocks, eager-compiled then
+   compiled-eager, so that drift cancels), and
 4. persist both medians and run counts (baselines.CompileBaselineRecord, and the eager timing as a
    ReferenceTimingRecord), or why there is no compiled baseline.
 
@@ -37,9 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.requests import EvalOptions
+from worker.engine.cpu_plan import timing_cores
 from worker.engine.engine_settings import EngineSettings
 from worker.engine.gpu_schedule import as_neighbour
 from worker.engine.launch import UserFailure
+from worker.engine.process_tree import tree_cpu_s
 from worker.engine.reference.generate_hold import GenerateHold
 from worker.engine.reference.judge import JudgeSession
 from worker.engine.reference.reference_cache import new_seeds
@@ -57,6 +61,8 @@ log = logging.getLogger(__name__)
 # Each side's timing budget in the window (at most the asking job's): a ratio of medians needs no more,
 # and the window holds the whole device.
 WINDOW_BUDGET_S = 1.0
+# In the baseline judge's environment, beside KJ_ROLE: the host's thread sampler counts its CPU apart from the jobs'.
+BASELINE_PURPOSE_VARIABLE = "KJ_PURPOSE"
 COMPILE_CORES = 4
 
 
@@ -78,7 +84,14 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
     seeds = new_seeds(None, 1, settings.timing_pool_size)
     seeds["shape_seeds"] = []
     judge = JudgeSession(task.reference, opts, settings)
-    judge.session.process.spec.cpus = settings.cpu_plan().build_cpus or None
+    plan = settings.cpu_plan()
+    # Background host work, as a build is: the build cores at the builds' nice value, so that the jobs' judges and
+    # runners (nice 0) come first. At nice 0 a batch's first minute ran up to `threads` compiles per lane beside
+    # them, on a host that two GPUs keep 83% busy (benchmarks/results/gpu_2026-11-27_session15.md).
+    judge.session.process.spec.cpus = plan.build_cpus or None
+    judge.session.process.spec.nice = settings.build_nice
+    judge.session.process.spec.env[BASELINE_PURPOSE_VARIABLE] = "compile-baseline"  # benchmarks/host_sched.py
+    started = time.monotonic()
     measured_on = f"{socket.gethostname()}:gpu{settings.gpu_index}" if settings.gpu_index is not None \
         else socket.gethostname()
     try:
@@ -105,16 +118,22 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
         def compiled_block(runs: int, warmup: int, _keep: int) -> TimedBlock:
             return judge.time(runs, warmup, deadline, compiled=True)
 
-        # The same protocol as a job's timing: the two sides as neighbours in one exclusive window.
-        with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
+        # The same protocol as a job's timing: the two sides as neighbours in one exclusive window, on the lane's
+        # reserved cores as a job's window is (its niced process would otherwise launch among the builds).
+        with schedule.exclusive() if schedule is not None else contextlib.nullcontext(), \
+                timing_cores(plan, [judge.pid]):
             try:
                 window: PairedWindow = measure_paired(eager_block, compiled_block, opts)
             except UserFailure as failure:
                 reason = f"the compiled reference failed while timed ({failure.kind}): {failure.message[:500]}"
                 return key, [CompileBaselineRecord(False, time.time(), reason, compile_s=compiled.compile_s,
                                                    measured_on=measured_on)]
+        cpu_s = tree_cpu_s(judge.pid)
     finally:
         judge.close()
+    log.info("compile baseline of reference %s measured in %.0f s, %s CPU s (the compile %.0f s)",
+             key.reference_sha256[:12], time.monotonic() - started, "?" if cpu_s is None else f"{cpu_s:.0f}",
+             compiled.compile_s)
     eager, compiled_stats = window.reference_stats, window.candidate_stats
     now = time.time()
     return key, [
