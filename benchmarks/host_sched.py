@@ -5,8 +5,9 @@ run on a core, nanoseconds runnable but waiting in a run queue) and keeps the la
 thread, CPU seconds and run-queue seconds since the sampler started. A thread's class is its sandbox's role,
 read once per process from the KJ_ROLE and KJ_MODE the service puts in every sandbox's environment (inherited
 by what the sandbox starts: a build's compilers are "build"): "judge", "runner" (a candidate's), "build",
-"baseline" (the judge that measures a problem's torch.compile baseline in the background, KJ_PURPOSE); else "server" (the service's own process) or "other" (the spawner, the benchmark, the system). A class whose
-waiting seconds rival its CPU seconds is starved of cores.
+"baseline" (the judge that measures a problem's torch.compile baseline in the background, KJ_PURPOSE); else
+"server" (the service's own process) or "other" (the spawner, the benchmark, the system). A class whose waiting
+seconds rival its CPU seconds is starved of cores.
 
 A thread that ends between two samples loses what it ran since the last one (a compiler of a second or two
 is mostly seen); the figures are lower bounds, measured the same way for every class.

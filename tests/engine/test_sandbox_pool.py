@@ -110,6 +110,30 @@ def test_a_start_that_fails_once_is_started_again_and_the_caller_gets_a_runner()
         pool.close()
 
 
+def test_a_pool_that_starts_runners_again_hands_them_out_not_its_old_failure(monkeypatch):
+    from worker.engine import sandbox_pool
+
+    monkeypatch.setattr(sandbox_pool, "RETRY_AFTER_S", 0.01)
+    starter = Starter()
+    starter.failures_left = sandbox_pool.FAILED_STARTS_TO_REPORT  # reported, then the next start works
+    started = threading.Event()
+    plain_call = starter.__call__
+
+    def start() -> FakeRunner:
+        runner = plain_call()
+        started.set()
+        return runner
+
+    pool = SandboxPool(start, size=1)
+    try:
+        assert started.wait(30)
+        assert pool.take(timeout_s=30) is starter.started[0]
+        # The pool is empty again and starting the next one: the caller waits for it.
+        assert pool.take(timeout_s=30) is starter.started[1]
+    finally:
+        pool.close()
+
+
 def test_size_zero_starts_a_runner_for_each_take():
     starter = Starter()
     pool = SandboxPool(starter, size=0)

@@ -175,7 +175,8 @@ class SandboxPool:
                 elif runner is not None:
                     self._teardown.put(runner)
                 if error is None:
-                    self._failed_starts_in_a_row = 0
+                    # A start that works again: the failure reported before it no longer holds.
+                    self._failed_starts_in_a_row, self._error = 0, None
                 else:
                     self._failed_starts_in_a_row += 1
                 reported = self._failed_starts_in_a_row >= FAILED_STARTS_TO_REPORT
