@@ -86,7 +86,7 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
     judge = JudgeSession(task.reference, opts, settings)
     plan = settings.cpu_plan()
     # Background host work, as a build is: the build cores at the builds' nice value, so that the jobs' judges and
-    # runners (nice 0) come first. At nice 0 a batch's first minute ran up to `threads` compiles per lane beside
+    # runners (nice 0) come first. At nice 0 a batch's first minute had room for `threads` compiles per lane beside
     # them, on a host that two GPUs keep 83% busy (benchmarks/results/gpu_2026-11-27_session15.md).
     judge.session.process.spec.cpus = plan.build_cpus or None
     judge.session.process.spec.nice = settings.build_nice
