@@ -170,3 +170,23 @@ def test_baselines_are_measured_during_a_batch_and_one_a_job_waits_for_goes_firs
     assert measured == [keys["first"], keys["urgent"], keys["background"]]
     # A later job of the problem finds its baseline: no longer pending.
     assert ask("background", wait=False).state != "pending"
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_the_lanes_of_a_host_share_its_build_cores_between_their_baseline_compiles(lanes, monkeypatch):
+    from worker.engine.cpu_plan import CpuPlan
+    from worker.engine.gpu_schedule import GpuSchedule
+
+    build_cores = 28
+    per_lane = []
+    for lane in range(lanes):
+        settings = EngineSettings()
+        settings.gpu_schedule = GpuSchedule(f"gpu{lane}")
+        settings.lane_index, settings.lanes_on_host = lane, lanes
+        monkeypatch.setattr(settings, "cpu_plan",
+                            lambda lane=lane: CpuPlan(lane_cpus=(28 + lane,), build_cpus=tuple(range(build_cores))))
+        per_lane.append(baseline_worker.compile_threads(settings))
+    # Every lane compiles at least one, and together they use no more build cores than one lane alone would.
+    assert min(per_lane) >= 1
+    assert sum(per_lane) * baseline_worker.COMPILE_CORES <= build_cores
+    assert per_lane[0] == build_cores // baseline_worker.COMPILE_CORES // lanes

@@ -234,12 +234,20 @@ def worker_for(settings: EngineSettings) -> BaselineWorker:
     with _workers_lock:
         worker = _workers.get(key)
         if worker is None:
-            # One compile per COMPILE_CORES of the build cores (Inductor compiles with up to 4 threads); one
-            # at a time without a device schedule, which alone keeps their timing windows apart.
-            build_cores = len(settings.cpu_plan().build_cpus) or os.cpu_count() or 1
-            threads = max(1, build_cores // COMPILE_CORES) if settings.gpu_schedule is not None else 1
-            worker = _workers[key] = BaselineWorker(settings, threads=threads)
+            worker = _workers[key] = BaselineWorker(settings, threads=compile_threads(settings))
         return worker
+
+
+def compile_threads(settings: EngineSettings) -> int:
+    """One lane's concurrent baseline compiles: its share of one per COMPILE_CORES of the host's build cores
+    (Inductor compiles with up to 4 threads), which every lane of the host shares; one at a time without a
+    device schedule, which alone keeps their timing windows apart. Each lane counting every build core ran 14
+    compiles at once on two GPUs against 3 on one, and took 576 CPU s of a 128-job batch against 222
+    (benchmarks/results/gpu_2026-11-27_session16.md)."""
+    if settings.gpu_schedule is None:
+        return 1
+    build_cores = len(settings.cpu_plan().build_cpus) or os.cpu_count() or 1
+    return max(1, build_cores // (COMPILE_CORES * max(settings.lanes_on_host, 1)))
 
 
 def register(settings: EngineSettings, worker: BaselineWorker) -> None:
