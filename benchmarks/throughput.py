@@ -101,6 +101,7 @@ class Outcome:
     reference_cache: str | None = None
     reference_judge: str | None = None  # how the job got its judge: started ahead, waited, or why it started one
     candidate_cpu_s: float | None = None  # the candidate sandbox's host CPU seconds (its warm start and the job)
+    runner_start_cpu_s: dict | None = None  # of which its runner's warm start, by part (result.extra)
     cuda_sync_wait: str | None = None  # how the judge's CUDA waited for the device (result.environment)
     compile_baseline: str | None = None
     error: str | None = None  # the verdict's reason, when it has one
@@ -464,7 +465,7 @@ def outcome_of(job, origin=None) -> Outcome:
                    error=error, device_wait_s=result.extra.device_wait_s,
                    timing_wait_s=result.extra.timing_wait_s, timeline=timeline,
                    reference_cache=result.extra.reference_cache, reference_judge=result.extra.reference_judge,
-                   candidate_cpu_s=result.extra.candidate_cpu_s,
+                   candidate_cpu_s=result.extra.candidate_cpu_s, runner_start_cpu_s=result.extra.runner_start_cpu_s,
                    timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
                    judge_lost=result.extra.judge_lost,
@@ -693,6 +694,34 @@ def judges_line(phase: Phase) -> str | None:
             f"{len(starts) - ahead} by a job){cpu_text}; {lost} job(s) lost a shared judge and ran again.")
 
 
+def starts_line(phase: Phase) -> str | None:
+    """Where the sandboxes' starts spent the host's CPU: the median CPU seconds of each part of a candidate
+    runner's warm start and of a judge's (as each reported them before any user code), beside the median of
+    each whole; None where no job said."""
+    runners = [o.runner_start_cpu_s for o in phase.outcomes.values() if o.runner_start_cpu_s]
+    judges = [o.judge_start for o in phase.outcomes.values() if o.judge_start and o.judge_start.get("start_cpu_s")]
+    if not runners and not judges:
+        return None
+
+    def medians(parts: list[dict]) -> str:
+        names = list(dict.fromkeys(name for part in parts for name in part))
+        return ", ".join(f"{name} {statistics.median(p[name] for p in parts if name in p):.2f}" for name in names)
+
+    texts = []
+    if runners:
+        whole = [o.candidate_cpu_s for o in phase.outcomes.values() if o.runner_start_cpu_s and o.candidate_cpu_s]
+        texts.append(f"{len(runners)} candidate runners ({medians(runners)}"
+                     + (f"; the whole sandbox, job included, {statistics.median(whole):.2f}" if whole else "") + ")")
+    if judges:
+        launch = [j["launch_cpu_s"] for j in judges if j.get("launch_cpu_s") is not None]
+        whole = [j["cpu_s"] for j in judges if j.get("cpu_s") is not None]
+        texts.append(f"{len(judges)} judges ({medians([j['start_cpu_s'] for j in judges])}"
+                     + (f"; to the reference imported, {statistics.median(launch):.2f}" if launch else "")
+                     + (f"; the whole start, {statistics.median(whole):.2f}" if whole else "") + ")")
+    return (f"Sandbox starts during {phase.workload} ({phase.path}), median CPU s by part: " + "; ".join(texts)
+            + ".")
+
+
 def pace_line(phase: Phase) -> str | None:
     """The batch's pace once it was under way: verdicts per hour from its tenth percentile of finish times to its
     last, beside the whole-window rate of the table. The first verdicts of a batch wait for the server's warm-up,
@@ -787,6 +816,8 @@ class Report:
                     lines += [pace, ""]
                 if (judges := judges_line(phase)) is not None:
                     lines += [judges, ""]
+                if (starts := starts_line(phase)) is not None:
+                    lines += [starts, ""]
                 if phase.sched:
                     lines += [f"Host threads during {phase.workload} ({phase.path}), by class (benchmarks/host_sched.py):",
                               phase.sched, ""]

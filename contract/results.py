@@ -355,6 +355,12 @@ class JudgeStartNote(BaseModel):
     cpu_s: float | None = Field(default=None, description=(
         "CPU seconds its sandbox's processes used through the start (the host's cost of a judge: on two H100s the "
         "judges' processes were the host's largest consumer), from /proc; None where it could not be read."))
+    launch_cpu_s: float | None = Field(default=None, description=(
+        "Of `cpu_s`, those used by the end of `launch_s` (the sandbox's start and the reference's import)."))
+    start_cpu_s: dict[str, float] = Field(default_factory=dict, description=(
+        "The judge process's own CPU seconds by part of its start, before the reference's import, as it reported "
+        "them: `imports` (the interpreter, torch and the harness), `device` (CUDA's set-up), `triton_import`, "
+        "`warm`."))
 
 
 class TimingRunsNote(BaseModel):
@@ -394,6 +400,10 @@ class ResultNotes(BaseModel):
     candidate_cpu_s: float | None = Field(default=None, description=(
         "CPU seconds the candidate's sandbox used on the host, its warm start and this job (its load, Triton "
         "compiles, calls and timed blocks), from /proc before it was stopped."))
+    runner_start_cpu_s: dict[str, float] | None = Field(default=None, description=(
+        "Of those, the runner process's own CPU seconds by part of its warm start, before any candidate code, as "
+        "it reported them: `imports` (the interpreter, torch and the harness), `device` (CUDA's set-up), "
+        "`triton_import`, `warm` (the profiler's set-up)."))
     precision_skipped: str | None = Field(default=None, description="Why the float64 truth was not computed.")
     trials_sized: TrialsSizedNote | None = None
     perturbed_trials: list[int] | None = Field(

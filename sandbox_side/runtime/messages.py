@@ -319,10 +319,12 @@ class Compile(Command):
 # == replies: a runner to the supervisor ===========================================================================
 @dataclass
 class Ready(Reply):
-    """Warm, before any user code: what it runs on."""
+    """Warm, before any user code: what it runs on, and the CPU seconds each part of its start took (the
+    interpreter and imports, the device's set-up, Triton's import, the role's warm-up)."""
 
     NAME: ClassVar[str] = "ready"
     environment: dict[str, Any] = field(default_factory=dict)
+    start_cpu_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

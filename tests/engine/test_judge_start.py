@@ -30,5 +30,12 @@ def test_a_judge_started_ahead_serves_the_job_warm(settings):
     start = result.extra.judge_start
     assert start is not None and start.launch_s > 0 and start.generate_s > 0 and start.device_wait_s >= 0
     assert start.launch_s + start.device_wait_s + start.generate_s <= entry.miss_cost_s + 0.01
+    # Its CPU: the part of its start before the reference's import, by part, within the launch's, within the whole.
+    assert list(start.start_cpu_s) == ["imports", "device", "triton_import", "warm"]
+    assert start.start_cpu_s["imports"] > 0  # torch's import alone takes a CPU second
+    assert sum(start.start_cpu_s.values()) <= start.launch_cpu_s + 0.05 <= start.cpu_s + 0.1
+    # The candidate's runner reports its own warm start the same way, before any candidate code ran.
+    assert list(result.extra.runner_start_cpu_s) == ["imports", "device", "triton_import", "warm"]
+    assert 0 < sum(result.extra.runner_start_cpu_s.values()) <= result.extra.candidate_cpu_s + 0.05
     again = evaluate(request, settings=settings)
     assert again.extra.reference_cache == "hit" and again.extra.judge_start is None  # said once, by the first

@@ -26,6 +26,7 @@ from sandbox_side.runtime.messages import (
     Load,
     MessageError,
     Payload,
+    Ready,
     Reply,
     Run,
     RunDone,
@@ -39,7 +40,7 @@ from sandbox_side.runtime.messages import (
 )
 from sandbox_side.runtime.sealed_payload import SealedBuffer
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
-from worker.engine.launch import UserFailure, read_reply
+from worker.engine.launch import MAX_START_PART_NAME, MAX_START_PARTS, UserFailure, read_reply, start_parts
 from worker.engine.sandbox.process import PAYLOAD_KEY
 
 TENSORS = Payload(4, {"tree": {"t": 0}, "tensors": [{"dtype": "torch.float32", "shape": [1], "nbytes": 4}]},
@@ -66,7 +67,7 @@ EXAMPLES: list[messages.Message] = [
     messages.MakeTimingVariants(seed=9, count=4, max_bytes=1000, atol=0.1, rtol=0.2),
     CheckTimed(expected=[(0, 1), (2, 0)], atol=None, rtol=None, payload=TENSORS),
     messages.Compile(atol=0.25, rtol=None),
-    messages.Ready(environment={"torch": "2.9", "gpu_name": None}),
+    messages.Ready(environment={"torch": "2.9", "gpu_name": None}, start_cpu_s={"imports": 1.25, "warm": 0.5}),
     messages.Loaded(),
     messages.Pong(),
     ErrorReply(kind=FailureKind.out_of_memory, message="out of device memory", detail="Traceback ..."),
@@ -153,6 +154,7 @@ MALFORMED = [
     (TimedChecked, {"event": "done", "op": "check_timed", "wrong": [[0]]}, "wrong[0] is list"),
     (Compared, {"event": "done", "op": "compare", "report": "passed"}, "report is str"),
     (Traced, {"event": "done", "op": "trace", "events": {1: 2}}, "events key is int"),
+    (Ready, {"event": "ready", "start_cpu_s": {"imports": "slow"}}, "start_cpu_s['imports'] is str"),
 ]
 
 
@@ -212,3 +214,12 @@ def test_a_candidates_forged_reply_is_a_protocol_failure(run_eval):
     result = run_eval(SILU_REFERENCE, FORGED_REPLY, policy={"disabled_rules": [rule.id for rule in RULES]})
     assert result.status == EvalStatus.runtime_error and result.error.kind == ErrorKind.protocol, result.error
     assert "unexpected reply" in result.error.message and "tampered is str" in result.error.message
+
+
+def test_a_runners_start_parts_are_kept_bounded_and_an_older_ready_line_still_reads():
+    assert Ready.decode({"event": "ready", "environment": {}}) == Ready(environment={}, start_cpu_s={})
+    reported = {"imports": 1.23456, "device": float("nan"), "warm": -1.0, "x" * 100: 2.0,
+                **{f"part{i}": 0.1 for i in range(20)}}
+    kept = start_parts(reported)
+    assert kept["imports"] == 1.235 and "device" not in kept and "warm" not in kept
+    assert "x" * MAX_START_PART_NAME in kept and len(kept) == MAX_START_PARTS

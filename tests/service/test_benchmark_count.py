@@ -128,3 +128,19 @@ def test_the_report_gives_the_batchs_pace_from_its_tenth_percentile_of_verdicts_
         "at 47.0 s; from the tenth percentile on, 3600 verdicts an hour, 1800 per GPU-hour (2 GPUs).")
     phase.outcomes = dict(list(phase.outcomes.items())[:9])
     assert throughput.pace_line(phase) is None  # too few to tell a pace
+
+
+def test_the_report_gives_the_median_cpu_of_each_part_of_the_sandboxes_starts():
+    phase = throughput.Phase("rl", "service, embedded", jobs=3, wall_s=10.0)
+    runner = {"imports": 2.0, "device": 1.0, "triton_import": 0.5, "warm": 1.5}
+    phase.outcomes = {
+        "a": throughput.Outcome("ok", candidate_cpu_s=8.0, runner_start_cpu_s=runner,
+                                judge_start={"cpu_s": 14.0, "launch_cpu_s": 6.0,
+                                             "start_cpu_s": {"imports": 2.5, "device": 1.5, "warm": 0.0}}),
+        "b": throughput.Outcome("ok", candidate_cpu_s=10.0, runner_start_cpu_s={**runner, "imports": 3.0}),
+        "c": throughput.Outcome("incorrect", candidate_cpu_s=6.0, runner_start_cpu_s={**runner, "imports": 4.0})}
+    assert throughput.starts_line(phase) == (
+        "Sandbox starts during rl (service, embedded), median CPU s by part: 3 candidate runners (imports 3.00, "
+        "device 1.00, triton_import 0.50, warm 1.50; the whole sandbox, job included, 8.00); 1 judges (imports "
+        "2.50, device 1.50, warm 0.00; to the reference imported, 6.00; the whole start, 14.00).")
+    assert throughput.starts_line(throughput.Phase("rl", "serial engine")) is None

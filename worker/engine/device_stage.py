@@ -209,6 +209,7 @@ class DeviceStage:
             with self.builder.stage(Stage.runner_take):
                 try:
                     runner = pool.take(self.options.limits.run_s)
+                    self.builder.extra.runner_start_cpu_s = dict(runner.session.start_cpu_s) or None
                 except PoolEmpty as exc:
                     return self.builder.fail(EvalStatus.sandbox_error, ErrorKind.no_sandbox,
                                              f"{exc}: the evaluator is overloaded, submit the job again later")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -89,6 +90,23 @@ def read_reply(message: dict[str, Any], reply: type[R]) -> R:
         return reply.decode(message, message.get(PAYLOAD_KEY))
     except MessageError as exc:
         raise UserFailure(FailureKind.protocol, f"unexpected reply (expected {_named(reply)}): {exc}") from None
+
+
+# A Ready's parts of the start kept (its runner says them before any user code runs; bounded all the same).
+MAX_START_PARTS = 8
+MAX_START_PART_NAME = 32
+
+
+def start_parts(reported: dict[str, float]) -> dict[str, float]:
+    """The CPU seconds by part of a runner's start that its Ready reported, bounded in number and name length,
+    finite and not negative."""
+    kept: dict[str, float] = {}
+    for name, seconds in reported.items():
+        if len(kept) >= MAX_START_PARTS:
+            break
+        if isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0:
+            kept[str(name)[:MAX_START_PART_NAME]] = round(float(seconds), 3)
+    return kept
 
 
 @dataclass
@@ -198,6 +216,7 @@ class RunnerSession:
                                       name=f"{config.role}-{config.mode}",
                                       use_bwrap=config.sandbox == SandboxKind.bwrap, log_mark=USER_OUTPUT_MARK)
         self.environment: dict[str, Any] = {}
+        self.start_cpu_s: dict[str, float] = {}  # its Ready's, bounded (start_parts)
 
     def __enter__(self) -> RunnerSession:
         self.process.start()
@@ -209,6 +228,7 @@ class RunnerSession:
     def wait_ready(self, deadline: float) -> Ready:
         ready = self._expect(Ready, deadline)
         self.environment = ready.environment
+        self.start_cpu_s = start_parts(ready.start_cpu_s)
         return ready
 
     def load(self, source: str, deadline: float, *, cpu_s: int | None = None) -> None:

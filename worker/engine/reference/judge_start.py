@@ -67,6 +67,7 @@ def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey,
     try:
         judge.launch(deadline)
         launched = time.monotonic()
+        launch_cpu_s = tree_cpu_s(judge.pid)
         generated = judge.generate(seeds, deadline, shape_max_bytes=settings.shape_trial_max_bytes, hold=hold)
     except BaseException:
         judge.close()
@@ -78,7 +79,10 @@ def start_entry(request: EvalRequest, settings: EngineSettings, key: ProblemKey,
                                                  device_wait_s=round(hold.device_wait_s, 3),
                                                  generate_s=round(ended - launched - hold.device_wait_s, 3),
                                                  steps_s=dict(hold.steps_s), yields=hold.yields,
-                                                 cpu_s=round(cpu_s, 2) if cpu_s is not None else None))
+                                                 cpu_s=round(cpu_s, 2) if cpu_s is not None else None,
+                                                 launch_cpu_s=round(launch_cpu_s, 2) if launch_cpu_s is not None
+                                                 else None,
+                                                 start_cpu_s=dict(judge.session.start_cpu_s)))
     entry.held = measure_judge(judge.pid, generated.device_bytes, on_gpu=opts.device.value == "cuda",
                                sealed_bytes=generated.input_bytes)
     return entry
