@@ -1,7 +1,9 @@
 """Notice when user code rebinds the functions a fair evaluation depends on.
 
-Two watches, both recorded before any user code runs:
+Three watches, all recorded before any user code runs:
 - well-known functions of time, torch and builtins (a candidate that rebinds torch.cuda.synchronize);
+- the dispatcher's table of the ATen operators the harness calls here (HARNESS_OPERATORS): a kernel registered
+  for one of them from C++ or torch.library replaces it for the harness's calls too;
 - the harness's own modules (this package): which module object each name in sys.modules is, every
   module-level binding, every method of their classes and every function's code object. A candidate
   shares this process and can reach them through attribute chains (`torch.sys.modules[...]`) that
@@ -34,6 +36,20 @@ WATCHED = [
     (builtins, "isinstance"), (builtins, "type"),
 ]
 HARNESS_PACKAGE = __name__.split(".")[0]  # "sandbox_side": every harness module, the timer included
+# ATen operators the harness calls in this process (the timer's L2 flush is a zero_, its input variants an
+# index_copy_, its kept outputs clones; outputs leave through copies). A kernel registered for one of them
+# (TORCH_LIBRARY_IMPL(aten, CUDA, m) in a C++ extension, torch.library in Python) replaces it for the harness too:
+# a zero_ that skips the flush leaves the candidate's inputs in L2 and its timed calls faster. The dispatcher's
+# table for each, as it printed it before user code, is watched.
+HARNESS_OPERATORS = ("aten::zero_", "aten::fill_.Scalar", "aten::index_copy_", "aten::clone", "aten::copy_",
+                     "aten::_to_copy", "aten::empty.memory_format", "aten::empty_strided")
+# The dispatch keys a call on a real tensor goes through (their kernels run); torch itself registers Python kernels
+# for others later (Meta, for fake tensors), which change nothing the harness runs.
+EXECUTED_KEYS = frozenset({
+    "CPU", "CUDA", "AutogradCPU", "AutogradCUDA", "Autograd[alias]", "CompositeImplicitAutograd[alias]",
+    "CompositeExplicitAutograd[alias]", "CompositeExplicitAutogradNonFunctional[alias]", "ADInplaceOrView",
+    "BackendSelect", "AutocastCPU", "AutocastCUDA", "Python", "PythonTLSSnapshot", "PreDispatch"})
+_dispatch_dump = getattr(torch._C, "_dispatch_dump", None)
 _MISSING = object()
 
 
@@ -77,13 +93,28 @@ def _changed_bindings(owner: str, namespace: Mapping[str, object], sealed: dict[
     return found
 
 
+def _operator_tables() -> dict[str, frozenset[str]]:
+    """Each harness operator's kernels for the keys a real call goes through, as the dispatcher prints them (each
+    line names its key and where the kernel was registered); empty where this torch cannot print them."""
+    if _dispatch_dump is None:
+        return {}
+    tables = {}
+    for name in HARNESS_OPERATORS:
+        lines = _dispatch_dump(name).splitlines()
+        tables[name] = frozenset(line for line in lines
+                                 if line.split(":", 1)[0].removesuffix(" (inactive)") in EXECUTED_KEYS)
+    return tables
+
+
 class IntegrityWatch:
     def __init__(self) -> None:
         self._baseline = {self._name(o, a): getattr(o, a, None) for o, a in WATCHED}
+        self._operators: dict[str, frozenset[str]] = {}  # sealed with the harness: after CUDA's and Triton's set-up
         self._harness: list[_SealedModule] = []
 
     def seal_harness(self) -> None:
-        """Record the harness's modules as they are now: called once, just before user code loads."""
+        """Record the harness's modules and operators as they are now: called once, just before user code loads."""
+        self._operators = _operator_tables()
         self._harness = [_SealedModule(name, module) for name, module in sorted(sys.modules.items())
                          if isinstance(module, types.ModuleType)
                          and (name == HARNESS_PACKAGE or name.startswith(HARNESS_PACKAGE + "."))]
@@ -99,4 +130,7 @@ class IntegrityWatch:
         ]
         for sealed in self._harness:
             found += sealed.changes()
+        tables = _operator_tables() if self._operators else {}
+        found += [f"{name} (a kernel of it was registered again)" for name, table in tables.items()
+                  if table != self._operators.get(name)]
         return found

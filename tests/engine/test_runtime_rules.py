@@ -91,6 +91,17 @@ def test_rebinding_the_timer_is_rejected(run_eval):
     assert "time.perf_counter" in hit.evidence
 
 
+def test_a_kernel_registered_for_an_operator_the_harness_calls_is_rejected(run_eval):
+    # The timer's L2 flush is a zero_: a candidate that registers its own zero_ (here one that still zeroes, on
+    # this CPU) has replaced it for the harness too. With the static rules off, the runtime watch sees it.
+    override = ("_aten = torch.library.Library('aten', 'IMPL')\n"
+                "_aten.impl('zero_', lambda self: self.fill_(0), 'CPU')\n")
+    result = run_eval(SILU_REFERENCE, triton_candidate(LAUNCH + "return y", extra=override), policy=NO_STATIC_POLICY)
+    assert result.status == EvalStatus.rejected
+    hit = next(h for h in result.rules if h.rule == "KJ-R01-tampered-harness")
+    assert "aten::zero_" in hit.evidence
+
+
 def test_outputs_replayed_during_timing_are_rejected(run_eval):
     # Computes honestly for the correctness trials, then replays its first answer once it has
     # seen more calls than there are trials (a call-count phase sniff).

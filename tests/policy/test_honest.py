@@ -65,6 +65,19 @@ def test_custom_op_registered_by_the_extension_is_clean():
     assert check(source) == []
 
 
+def test_a_candidate_registering_operators_in_its_own_namespace_is_clean():
+    # Only ATen's namespace (or every one) is the harness's too; a library of the candidate's own is its business.
+    registration = ('TORCH_LIBRARY(kjlib, m) { m.def("add(Tensor a, Tensor b) -> Tensor"); }\n'
+                    'TORCH_LIBRARY_IMPL(kjlib, CUDA, m) { m.impl("add", add); }')
+    source = cuda_candidate().replace("#include <ATen/cuda/CUDAContext.h>\n",
+                                      "#include <ATen/cuda/CUDAContext.h>\n" + "torch::Tensor add(torch::Tensor a, "
+                                      "torch::Tensor b);\n" + registration + "\n")
+    assert check(source) == []
+    custom_op = triton_add_candidate(module='@torch.library.custom_op("kjlib::scale", mutates_args=())\n'
+                                            'def scale(x: torch.Tensor) -> torch.Tensor:\n    return x.clone()\n')
+    assert "KJ303" not in fired(custom_op)
+
+
 def test_custom_autograd_function_is_followed_into_its_forward():
     source = triton_add_candidate(
         "return AddFn.apply(a, b)",

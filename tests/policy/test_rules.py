@@ -46,6 +46,18 @@ OFFENDERS: list[tuple[str, str]] = [
     ("KJ303", triton_add_candidate(module="setattr(torch.cuda, 'synchronize', print)")),
     ("KJ303", triton_add_candidate(module="sys.modules['time'] = None", imports="import sys")),
     ("KJ303", triton_add_candidate(module="del torch.allclose")),
+    # Kernels registered for ATen's own operators replace them for the harness too (the timer's flush is a zero_).
+    ("KJ303", cuda_candidate(includes='at::Tensor& quiet_zero(at::Tensor& self) { return self; }\n'
+                                      'TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("zero_", quiet_zero); }')),
+    ("KJ303", cuda_candidate(includes='TORCH_LIBRARY_IMPL(_, CUDA, m) { m.fallback(torch::CppFunction()); }')),
+    ("KJ303", cuda_candidate(includes='static torch::Library lib(torch::Library::IMPL, "aten", '
+                                      'c10::DispatchKey::CUDA, __FILE__, __LINE__);')),
+    ("KJ303", cuda_candidate("c10::Dispatcher::singleton().registerImpl(op, key, fn, schema, debug);")),
+    ("KJ303", triton_add_candidate(module='_aten = torch.library.Library("aten", "IMPL")')),
+    ("KJ303", triton_add_candidate(module='@torch.library.impl("aten::zero_", "CUDA")\ndef quiet_zero(self):\n'
+                                          '    return self\n')),
+    ("KJ303", triton_add_candidate(module='torch.library.register_kernel("aten::fill_.Scalar", "cuda", abs)')),
+    ("KJ303", triton_add_candidate(module='torch._C._dispatch_library("IMPL", "kjlib", "CUDA")')),
     ("KJ304", cuda_candidate("cudaStreamAttrValue v = {};\nv.accessPolicyWindow.num_bytes = 1 << 20;")),
     ("KJ304", cuda_candidate("cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 1 << 20);")),
     ("KJ305", cuda_candidate('unsigned long long t;\nasm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));')),

@@ -79,7 +79,9 @@ RULES: tuple[Rule, ...] = (
        "threads or async tasks can do work outside the timed call"),
     _R("KJ303-monkeypatch", "reject", 3,
        "assigning to attributes of imported modules (torch, triton, time, builtins, sys.modules, ...) can "
-       "patch timers, synchronisation or comparisons used by the harness"),
+       "patch timers, synchronisation or comparisons used by the harness; registering kernels for ATen's own "
+       "operators (TORCH_LIBRARY_IMPL(aten, ...), torch.library on \"aten::...\") replaces them for the harness's "
+       "calls too, the timer's L2 flush included"),
     _R("KJ304-persisting-l2", "reject", 3,
        "persisting-L2 access policy windows keep data cached across timed iterations and defeat the L2 flush"),
     _R("KJ305-device-timer-asm", "reject", 3,

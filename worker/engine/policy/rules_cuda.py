@@ -69,6 +69,13 @@ INCLUDE_RULES: tuple[tuple[str, str], ...] = (
     ("unistd", "KJ409-unusual-import"), ("csignal", "KJ403-process-exit"), ("signal.h", "KJ403-process-exit"),
     ("chrono", "KJ308-clock-access"), ("sys/time", "KJ308-clock-access"), ("CUDAGraph", "KJ112-cuda-graph"),
 )
+# Registration of kernels into a namespace, by its first argument: ATen's (`aten`) or every one (`_`) replaces
+# operators the harness calls too, in the candidate's process (the timer's L2 flush is a zero_); a candidate's
+# own namespace is its business.
+LIBRARY_MACROS = {"TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_FRAGMENT"}
+OVERRIDDEN_NAMESPACES = {"aten", "_"}
+# The dispatcher's registration calls, whatever the namespace (TORCH_LIBRARY's macros are the public way).
+DISPATCHER_REGISTRATION = {"registerImpl", "registerFallback", "registerDef", "registerLibrary"}
 TIMER_REGISTERS = re.compile(r"%(globaltimer|clock|clock64|clock_hi|globaltimer_lo|globaltimer_hi)\b")
 # Namespaces under which CALL_RULES names mean the library function (not a user's own namespace).
 KNOWN_QUALIFIERS = {None, "", "std", "at", "cuda", "c10", "torch", "detail"}
@@ -107,6 +114,9 @@ def _scan(source: CudaSource, tokens: list[Token]) -> Iterator[Finding]:
                 yield finding("KJ402-dynamic-code", "pastes identifiers together in a macro", token)
             continue
         if token.kind == "string":
+            if token.value == "aten":  # torch::Library(torch::Library::IMPL, "aten", ...)
+                yield finding("KJ303-monkeypatch", "names ATen's namespace as a string (a library of its operators)",
+                              token)
             if TIMER_REGISTERS.search(token.value):
                 yield finding("KJ305-device-timer-asm", "reads a hardware timer register in inline PTX", token)
             if VERDICT_PATTERN.search(token.value) and _printed(tokens, index):
@@ -122,6 +132,12 @@ def _scan(source: CudaSource, tokens: list[Token]) -> Iterator[Finding]:
             continue
         if token.text in IDENT_RULES:
             yield finding(IDENT_RULES[token.text], f"uses {token.text}", token)
+        if token.text in LIBRARY_MACROS and is_call and index + 2 < len(tokens) \
+                and tokens[index + 2].text in OVERRIDDEN_NAMESPACES:
+            yield finding("KJ303-monkeypatch", f"registers kernels for ATen's operators ({token.text}("
+                                               f"{tokens[index + 2].text}, ...))", token)
+        if token.text in DISPATCHER_REGISTRATION and is_call and is_member:
+            yield finding("KJ303-monkeypatch", f"registers with the dispatcher ({token.text})", token)
         if is_call and not is_member and token.text in CALL_RULES and qualifier in KNOWN_QUALIFIERS:
             yield finding(CALL_RULES[token.text], f"calls {token.text}()", token)
 

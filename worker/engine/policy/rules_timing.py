@@ -127,6 +127,31 @@ def detect_monkeypatching(ctx: PolicyContext) -> Iterator[Finding]:
                 yield ctx.finding(rule, f"modifies {owner}", node)
 
 
+# torch's operator registration: a kernel registered for one of ATen's own operators replaces it in the
+# candidate's process, for the harness's calls too (the timer's L2 flush is a `zero_`).
+OPERATOR_REGISTRATION = ("torch.library", "torch._library", "torch._C._dispatch")  # the last: _dispatch_*
+ATEN_NAMESPACE = "aten"
+
+
+def detect_aten_overrides(ctx: PolicyContext) -> Iterator[Finding]:
+    """torch.library (or the dispatcher's private API) used on ATen's namespace: `Library("aten", "IMPL")`,
+    `impl("aten::zero_", ...)`, `register_kernel("aten::...", ...)`, as a call or a decorator."""
+    for node in ast.walk(ctx.facts.tree):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = resolved_name(ctx, node.func) or ""
+        if not any(dotted_qualname(callee, prefix) or callee.startswith(f"{prefix}_")
+                   for prefix in OPERATOR_REGISTRATION):
+            continue
+        names = [arg.value for arg in [*node.args, *(k.value for k in node.keywords)]
+                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        aten = [name for name in names if name == ATEN_NAMESPACE or name.startswith(f"{ATEN_NAMESPACE}::")]
+        if aten or callee.startswith("torch._C._dispatch"):
+            what = f"{aten[0]!r}" if aten else "the dispatcher's private API"
+            yield ctx.finding("KJ303-monkeypatch", f"registers a kernel for ATen's operators ({callee} on {what})",
+                              node)
+
+
 def _patched_target(ctx: PolicyContext, statement: ast.AST, target: ast.AST) -> Iterator[Finding]:
     facts = ctx.facts
     if isinstance(target, ast.Attribute) and facts.is_imported_root(target):
@@ -160,4 +185,5 @@ def detect_tensor_subclasses(ctx: PolicyContext) -> Iterator[Finding]:
                               evidence=f"class {node.name}: def {overridden[0]}(...)")
 
 
-DETECTORS = (detect_timing_names, detect_env_writes, detect_monkeypatching, detect_tensor_subclasses)
+DETECTORS = (detect_timing_names, detect_env_writes, detect_monkeypatching, detect_aten_overrides,
+             detect_tensor_subclasses)
