@@ -104,8 +104,9 @@ def environment(device: torch.device, sync_wait_not_set: str | None = None) -> d
 
 class StartClock:
     """This process's CPU seconds (every thread's: time.process_time) by part of its start, the first part being
-    everything before `start`: the interpreter, torch's and the harness's imports. A runner's start is most of
-    what a job costs the host beside its build (about 6 of 8 CPU s on an H200 host), so the parts are reported."""
+    everything before `start`: the interpreter, torch's and the harness's imports. On an H200 host a candidate's
+    sandbox cost 7.6-8.9 CPU s a job, and 6-7 even where the candidate failed at once: mostly its start, whose
+    parts are reported so that the largest can be cut."""
 
     def __init__(self) -> None:
         self._mark = time.process_time()
