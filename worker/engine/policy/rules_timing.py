@@ -129,7 +129,8 @@ def detect_monkeypatching(ctx: PolicyContext) -> Iterator[Finding]:
 
 # torch's operator registration: a kernel registered for one of ATen's own operators replaces it in the
 # candidate's process, for the harness's calls too (the timer's L2 flush is a `zero_`).
-OPERATOR_REGISTRATION = ("torch.library", "torch._library", "torch._C._dispatch")  # the last: _dispatch_*
+REGISTRATION_MODULES = ("torch.library", "torch._library")
+PRIVATE_DISPATCHER = "torch._C._dispatch_"  # torch._C._dispatch_library and the like: never a candidate's business
 ATEN_NAMESPACE = "aten"
 
 
@@ -140,13 +141,13 @@ def detect_aten_overrides(ctx: PolicyContext) -> Iterator[Finding]:
         if not isinstance(node, ast.Call):
             continue
         callee = resolved_name(ctx, node.func) or ""
-        if not any(dotted_qualname(callee, prefix) or callee.startswith(f"{prefix}_")
-                   for prefix in OPERATOR_REGISTRATION):
+        private = callee.startswith(PRIVATE_DISPATCHER)
+        if not private and not any(dotted_qualname(callee, module) for module in REGISTRATION_MODULES):
             continue
         names = [arg.value for arg in [*node.args, *(k.value for k in node.keywords)]
                  if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
         aten = [name for name in names if name == ATEN_NAMESPACE or name.startswith(f"{ATEN_NAMESPACE}::")]
-        if aten or callee.startswith("torch._C._dispatch"):
+        if aten or private:
             what = f"{aten[0]!r}" if aten else "the dispatcher's private API"
             yield ctx.finding("KJ303-monkeypatch", f"registers a kernel for ATen's operators ({callee} on {what})",
                               node)
