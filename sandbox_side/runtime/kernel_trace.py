@@ -20,7 +20,7 @@ from torch.profiler import record_function
 
 from sandbox_side.runtime import numba_simulator
 from sandbox_side.runtime.harness_output import discarded
-from sandbox_side.timing.timer import L2_FLUSH_MIN_BYTES
+from sandbox_side.timing.timer import L2_FLUSH_MIN_BYTES, SLEEP_CYCLES_PER_MS, _device_sleep
 
 # The profiler under torch.profiler.profile: that wrapper's start looks up torch._inductor, which
 # imports Inductor (~2 s on CPU, per runner); this one records the same Kineto events without it.
@@ -29,9 +29,8 @@ _record_function = record_function
 _perf_counter_ns = time.perf_counter_ns
 _current_stream = torch.cuda.current_stream
 _set_stream = torch.cuda.set_stream
-# The frame's operations, bound before user code loads: a candidate that rebinds them (a no-op marker, a
-# hold that does not spin) changes nothing here. torch.cuda._sleep looks torch._C._cuda_sleep up per call.
-_device_sleep = getattr(torch._C, "_cuda_sleep", torch.cuda._sleep)
+# The frame's operations, bound before user code loads (the hold's device sleep by the timer): a candidate
+# that rebinds them (a no-op marker, a hold that does not spin) changes nothing here.
 _Event = torch.cuda.Event
 _tensor_add_ = torch.Tensor.add_
 _tensor_zero_ = torch.Tensor.zero_
@@ -46,12 +45,10 @@ MAX_EVENTS = 20000
 # The hold on the timed stream ahead of the traced call (trace_forward): long enough that the host has
 # launched all of forward's work before it ends. The first try holds HOLD_FIRST_MS; when forward had not
 # returned by its end, one more try holds twice the host's time from the hold's launch to forward's return
-# (under the profiler) plus a margin, up to HOLD_MAX_MS. Cycles assume a 2 GHz SM clock: a slower clock
-# only holds longer.
+# (under the profiler) plus a margin, up to HOLD_MAX_MS.
 HOLD_FIRST_MS = 20.0
 HOLD_MARGIN_MS = 5.0
 HOLD_MAX_MS = 1000.0
-HOLD_CYCLES_PER_MS = 2_000_000
 # On CPU, during the traced call only: the bytes the Triton interpreter's loads read (the elements each
 # load's mask lets through) and the host time of Triton launches. The interpreter's time says nothing
 # about memory (its cost per element varies 3x with how a kernel indexes); its loads are counted
@@ -179,7 +176,7 @@ class _Frame:
 
     def open(self, hold_ms: float) -> None:
         _tensor_zero_(self.flush)
-        _device_sleep(int(hold_ms * HOLD_CYCLES_PER_MS))
+        _device_sleep(int(hold_ms * SLEEP_CYCLES_PER_MS))
         self.hold_done.record(self.timed)
         _tensor_add_(self.marker, 1)
 

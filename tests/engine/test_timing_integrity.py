@@ -12,7 +12,7 @@ import pytest
 from benchmarks.redteam.corpus import load_corpus
 from contract.requests import EvalOptions, EvalRequest, PolicyConfig
 from contract.statuses import EvalStatus
-from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE
+from tests.engine.conftest import HONEST_SILU, SILU_REFERENCE, triton_candidate
 from worker.engine import evaluate
 from worker.engine.policy.registry import RULES
 from worker.engine.timing import clock_check
@@ -98,3 +98,32 @@ def test_forged_cuda_events_are_rejected_on_the_gpu(settings):
         assert "kernels busy" in hits["R04"].evidence
     if "R20" in hits:
         assert not result.timing.clock_check.passed
+
+
+# A device-bound reference (a SiLU over 128 MiB: a few hundred microseconds of device time, little host work)
+# against an honest candidate whose host path per call is longer than its device time: its device waits for
+# the host between calls, the reference's never does. Two honest multi-stream Triton candidates of the red
+# team were rejected by the clock check (KJ-R20) every time in that position, until the timer's spacer.
+BIG_SILU_REFERENCE = SILU_REFERENCE.replace("N = 1000", "N = 1 << 25")
+SLOW_HOST_SILU = triton_candidate('''
+    sum(range(20_000))  # a long host path per call (Python work, as a multi-stream candidate's stream set-up)
+    y = torch.empty_like(x)
+    n = x.numel()
+    silu_kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+    return y
+''')
+
+
+@pytest.mark.gpu
+def test_an_honest_launch_bound_candidate_agrees_with_the_supervisors_clock_on_the_gpu(settings):
+    options = EvalOptions(device="cuda", timing=True, timing_budget_s=0.5)
+    result = evaluate(EvalRequest(reference=BIG_SILU_REFERENCE, candidate=SLOW_HOST_SILU, options=options),
+                      settings=settings)
+    assert result.status == EvalStatus.ok and not result.rules, (result.status, result.error, result.rules)
+    clock = result.timing.clock_check
+    assert clock.passed and result.extra.clock_check_retried is None, clock
+    # The premise: the candidate's host queued its calls slower than its device ran them, the reference's faster.
+    timing = result.timing
+    assert timing.candidate_queue_ms is not None and timing.reference_queue_ms is not None
+    assert timing.candidate_queue_ms > timing.candidate.median_ms, timing
+    assert timing.reference_queue_ms < timing.reference.median_ms, timing

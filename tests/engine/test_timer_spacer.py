@@ -1,0 +1,77 @@
+"""The timer's spacer between calls: a launch-bound call and a device-bound one leave the same time outside
+their samples, which is what the supervisor's clock check compares (worker/engine/timing/clock_check.py)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import pytest
+import torch
+
+from sandbox_side.timing import timer, timing_variants
+from worker.engine.timing.clock_check import FLOOR_MS
+from worker.engine.timing.timing_protocol import CallOrder
+
+
+def test_the_spacer_covers_the_hosts_recent_work_with_a_margin_and_a_stalled_host_does_not_size_it():
+    assert timer.spacer_ms([]) == timer.SPACER_FIRST_MS
+    steady = [0.020, 0.022, 0.018, 0.021]
+    assert timer.spacer_ms(steady) == pytest.approx(timer.SPACER_MARGIN * statistics.median(steady)
+                                                    + timer.SPACER_EXTRA_MS)
+    assert timer.spacer_ms(steady) > max(steady)
+    # One stalled boundary (the host descheduled for 5 ms) is noise: the median ignores it.
+    assert timer.spacer_ms([*steady, 5.0]) == pytest.approx(timer.spacer_ms([*steady, 0.022]))
+    # A host that stays slow gets a longer spacer, up to the cap.
+    assert timer.spacer_ms([2.0] * 8) == timer.SPACER_MAX_MS
+
+
+def _pool_with_variants(device: torch.device, elements: int) -> tuple[list, timer.InputVariants, CallOrder]:
+    """Four input sets with variants made as the judge makes them (so every call writes its variant)."""
+    generator = torch.Generator().manual_seed(3)
+    sets = [[torch.randn(elements, generator=generator)] for _ in range(4)]
+    fresh = [[torch.randn(elements, generator=generator)] for _ in range(4)]
+    changes = [timing_variants.make_tables(base, new, 3, generator) for base, new in zip(sets, fresh, strict=True)]
+    pool = [[tensor.to(device) for tensor in args] for args in sets]
+    variants = timer.InputVariants(pool, changes)
+    return pool, variants, CallOrder(variants.counts, random.Random(5))
+
+
+def _outside_ms(model, pool, variants, order, device, runs: int) -> tuple[float, float, float]:
+    """(ms per call outside the samples on the host's clock, median sample ms, host ms per call to queue)."""
+    warmup = timer.WARMUP_RUNS
+    torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    samples = timer.time_model(model, pool, device, runs=runs, warmup=warmup, order=order.next(warmup + runs),
+                               variants=variants)
+    wall_ms = (time.perf_counter() - started) * 1e3
+    median = statistics.median(samples.device_ms)
+    assert samples.queue_ms_per_call is not None
+    return (wall_ms - sum(samples.device_ms) - warmup * median) / (warmup + runs), median, samples.queue_ms_per_call
+
+
+@pytest.mark.gpu
+def test_a_launch_bound_call_and_a_device_bound_one_leave_the_same_time_outside_their_samples():
+    device = torch.device("cuda")
+    pool, variants, order = _pool_with_variants(device, 1 << 25)
+
+    def device_bound(x):  # a few passes over 128 MiB: the device is behind the host all the time
+        return x * torch.sigmoid(x)
+
+    def launch_bound(x):  # the same output after a long host path: the device waits for the host every call
+        sum(range(20_000))
+        return x * torch.sigmoid(x)
+
+    device_bound(*pool[0]), launch_bound(*pool[0])
+    rounds = []
+    for _ in range(3):  # neighbours, as the supervisor times them
+        fast = _outside_ms(device_bound, pool, variants, order, device, runs=200)
+        slow = _outside_ms(launch_bound, pool, variants, order, device, runs=200)
+        rounds.append((fast, slow))
+    for (_, fast_ms, fast_queue), (_, _, slow_queue) in rounds:
+        # The premise: one side queued its calls faster than the device ran them, the other slower.
+        assert fast_queue < fast_ms < slow_queue, rounds
+    differences = [slow[0] - fast[0] for fast, slow in rounds]
+    # Without the spacer the launch-bound side showed its host's work between calls here: 50-100 us per call.
+    assert abs(statistics.median(differences)) < FLOOR_MS["cuda"], (differences, rounds)
