@@ -457,6 +457,8 @@ def outcome_of(job, origin=None) -> Outcome:
     latency = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
     compile_info = result.extra.compile_baseline
     error = f"{result.error.kind}: {result.error.message[:400]}" if result.error else None
+    if result.error and result.error.log_excerpt:  # why a sandbox died, where it said
+        error += f" | output: {result.error.log_excerpt[-600:]}"
     moments = {"claimed": job.building_at, "built": job.built_at, "running": job.running_at,
                "finished": job.finished_at}
     timeline = {name: round((at - origin).total_seconds(), 2) for name, at in moments.items()

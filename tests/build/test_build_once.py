@@ -134,3 +134,30 @@ def test_two_different_sources_build_separately(warm_headers, tmp_path, monkeypa
     for (_, outcome), key in zip(results, keys, strict=True):
         assert not outcome.cached and outcome.ext_dir.name == key
         assert outcome.record.extensions[0]["abi_check"] == "loaded; functions: twice_cuda"
+
+
+def test_a_builder_that_died_without_a_report_is_built_once_more(warm_headers, tmp_path, monkeypatch):
+    # As on the GPU host under a batch: an honest source's builder exited before it reported, once.
+    spy = BuildSpy(monkeypatch, fail_first_with=UserFailure(
+        "crashed", "the process exited with code 1 before it reported a result"))
+    source = unique(candidates.PLAIN)
+    [(_, outcome)] = prepare_all(warm_headers, tmp_path, [source])
+    assert not isinstance(outcome, Exception), outcome
+    key = build.cache_key(source, torch.__version__, warm_headers)
+    assert spy.entries() == [key, key]
+    assert (outcome.ext_dir / build.BUILT_MARKER).exists() and not outcome.cached
+    assert outcome.record.extensions[0]["abi_check"] == "loaded; functions: twice_cuda"
+
+
+def test_a_builder_that_dies_every_time_fails_its_job_after_the_second_try(warm_headers, tmp_path, monkeypatch):
+    tries = []
+
+    def dies(source_file, ext_dir, **kwargs):
+        tries.append(ext_dir.name)
+        raise UserFailure("crashed", "the process exited with code 1 before it reported a result")
+
+    monkeypatch.setattr(build, "run_build_sandbox", dies)
+    [(_, failure)] = prepare_all(warm_headers, tmp_path, [unique(candidates.PLAIN)])
+    assert isinstance(failure, UserFailure) and failure.kind == "crashed", failure
+    assert len(tries) == build.CRASHED_BUILD_ATTEMPTS == 2
+    assert not (warm_headers.build_cache / tries[0]).exists(), "nothing of a failed build is left in the cache"

@@ -71,6 +71,10 @@ _pch_ready: set[Path] = set()
 _pch_failed: dict[Path, str] = {}  # root -> why its headers could not be built (builds take the full path)
 _pch_lock = threading.Lock()
 log = logging.getLogger(__name__)
+# A builder that died without reporting (no compile error, no time limit) is built once more before the job
+# is failed for it: two honest corpus sources' builds died so in a 20-minute soak on two GPUs (1024 jobs),
+# each once in 16 builds. A source whose build dies again gets the verdict.
+CRASHED_BUILD_ATTEMPTS = 2
 
 
 @dataclass
@@ -316,7 +320,8 @@ def build_cuda_candidate(
 
     A BuildFailure (the builder's report of the candidate's own error) reaches every job that waited
     for that build. Other failures (time limit, a crash, the sandbox) may be the host's, not the
-    source's: the waiters then build again themselves, one at a time. Failures are not cached."""
+    source's: the waiters then build again themselves, one at a time. A builder that died without a
+    report is built once more before its job fails (CRASHED_BUILD_ATTEMPTS). Failures are not cached."""
     build_path = build_path or settings.build_path  # KERNELJUDGE_BUILD_PATH=full: no fast path
     key = cache_key(candidate, torch_version, settings, build_path, sandbox)
     settings.build_cache.mkdir(parents=True, exist_ok=True)
@@ -363,22 +368,28 @@ def _build_once(source_file: Path, key: str, *, settings: EngineSettings, limit_
             return BuildOutcome(ext_dir=ext_dir, cached=True, record=record)
         if ext_dir.exists():
             shutil.rmtree(ext_dir)
-        ext_dir.mkdir(parents=True)
-        started = time.monotonic()
-        try:
-            with pool.build_slot(settings):
-                started = time.monotonic()
-                reply = run_build_sandbox(source_file, ext_dir, settings=settings, limit_s=limit_s,
-                                          sandbox=sandbox, torch_version=torch_version, build_path=build_path)
-                record = _record(reply.extensions, round(time.monotonic() - started, 2))
-        except BuildFailure as failure:
-            if failure.record is not None:
-                failure.record.seconds = round(time.monotonic() - started, 2)
-            shutil.rmtree(ext_dir, ignore_errors=True)
-            raise
-        except UserFailure:
-            shutil.rmtree(ext_dir, ignore_errors=True)
-            raise
+        for attempt in range(1, CRASHED_BUILD_ATTEMPTS + 1):
+            ext_dir.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            try:
+                with pool.build_slot(settings):
+                    started = time.monotonic()
+                    reply = run_build_sandbox(source_file, ext_dir, settings=settings, limit_s=limit_s,
+                                              sandbox=sandbox, torch_version=torch_version, build_path=build_path)
+                    record = _record(reply.extensions, round(time.monotonic() - started, 2))
+                break
+            except BuildFailure as failure:
+                if failure.record is not None:
+                    failure.record.seconds = round(time.monotonic() - started, 2)
+                shutil.rmtree(ext_dir, ignore_errors=True)
+                raise
+            except UserFailure as failure:
+                shutil.rmtree(ext_dir, ignore_errors=True)
+                if failure.kind != FailureKind.crashed or attempt == CRASHED_BUILD_ATTEMPTS:
+                    raise
+                log.warning("the build of candidate %s died without a report (%s), after %.1f s: building it "
+                            "once more; its output ended: %s", key[:12], failure.message,
+                            time.monotonic() - started, failure.detail[-600:])
         (ext_dir / RECORD_FILE).write_text(json.dumps(asdict(record)))
         (ext_dir / BUILT_MARKER).write_text(key)
         return BuildOutcome(ext_dir=ext_dir, cached=False, record=record)
