@@ -128,9 +128,22 @@ for step in $steps; do
         # Each case's outcome goes to OUTDIR/redteam.jsonl as it finishes, so a call cut by its limit still brings
         # back what ran. KJ_REDTEAM_RESUME=PATH: a redteam.jsonl of an earlier call (carried), whose cases are
         # not run again; the table then covers them all. Run `prebuild` first: it builds the CUDA cases 12 at once.
-        [ -n "${KJ_REDTEAM_RESUME:-}" ] && resume_rows "$KJ_REDTEAM_RESUME" "$out/redteam.jsonl"
-        python3 -m benchmarks.redteam --device cuda --gpu-only --jsonl "$out/redteam.jsonl" --resume \
-            --markdown "$out/redteam_gpu_$stamp.md" 2>&1 | tee "$out/redteam.log" ;;
+        # KJ_REDTEAM_CASES='glob glob …': only those cases, each glob in its turn and every time it is named (a
+        # glob named three times runs three times: a verdict that must repeat), a table per turn.
+        if [ -n "${KJ_REDTEAM_CASES:-}" ]; then
+            set -f
+            turn=0
+            for cases in $KJ_REDTEAM_CASES; do
+                turn=$((turn + 1))
+                python3 -m benchmarks.redteam --device cuda --gpu-only --cases "$cases" --jsonl "$out/redteam.jsonl" \
+                    --markdown "$out/redteam_gpu_${turn}_${cases//[*]/}_$stamp.md" 2>&1 | tee -a "$out/redteam.log"
+            done
+            set +f
+        else
+            [ -n "${KJ_REDTEAM_RESUME:-}" ] && resume_rows "$KJ_REDTEAM_RESUME" "$out/redteam.jsonl"
+            python3 -m benchmarks.redteam --device cuda --gpu-only --jsonl "$out/redteam.jsonl" --resume \
+                --markdown "$out/redteam_gpu_$stamp.md" 2>&1 | tee "$out/redteam.log"
+        fi ;;
     streams)
         # KJ-R03's evidence on this GPU, in a minute or two: the live stream traces (a failed case prints its
         # timeline), then the red-team's stream cases, each row with the trace's stream evidence (`streams`).

@@ -41,10 +41,10 @@ def _pool_with_variants(device: torch.device, elements: int) -> tuple[list, time
 def _outside_ms(model, pool, variants, order, device, runs: int) -> tuple[float, float, float]:
     """(ms per call outside the samples on the host's clock, median sample ms, host ms per call to queue)."""
     warmup = timer.WARMUP_RUNS
+    codes = order.next(warmup + runs)
     torch.cuda.synchronize(device)
     started = time.perf_counter()
-    samples = timer.time_model(model, pool, device, runs=runs, warmup=warmup, order=order.next(warmup + runs),
-                               variants=variants)
+    samples = timer.time_model(model, pool, device, runs=runs, warmup=warmup, order=codes, variants=variants)
     wall_ms = (time.perf_counter() - started) * 1e3
     median = statistics.median(samples.device_ms)
     assert samples.queue_ms_per_call is not None
