@@ -124,12 +124,14 @@ class Outcome:
 
 
 def timed_summary(timing) -> dict | None:
-    """The medians of both sides, the interval, the pairs and the supervisor's per-call time of a timing report."""
+    """The medians of both sides, the interval, the pairs, the supervisor's per-call time of a timing report, and
+    each side's host time per call to queue its blocks (a launch-bound side's samples follow its host)."""
     if timing is None:
         return None
     return {"reference_ms": timing.reference.median_ms, "candidate_ms": timing.candidate.median_ms,
             "speedup_ci95": list(timing.speedup_ci95), "pairs": timing.pairs,
-            "candidate_host_ms": timing.candidate_host_median_ms}
+            "candidate_host_ms": timing.candidate_host_median_ms, "reference_queue_ms": timing.reference_queue_ms,
+            "candidate_queue_ms": timing.candidate_queue_ms}
 
 
 @dataclass

@@ -94,10 +94,12 @@ def test_a_jobs_row_names_the_gpu_that_ran_it_and_the_evidence_of_each_rule_that
     result.timing = TimingReport(method="cuda_events+l2_flush", device="cuda:1",
                                  reference=TimingStats(median_ms=0.9, **stats),
                                  candidate=TimingStats(median_ms=0.3, **stats), speedup=3.0,
-                                 speedup_ci95=(2.9, 3.1), pairs=8, candidate_host_median_ms=0.31)
+                                 speedup_ci95=(2.9, 3.1), pairs=8, candidate_host_median_ms=0.31,
+                                 reference_queue_ms=0.45, candidate_queue_ms=0.12)
     assert throughput.outcome_of(job, created).timed == {"reference_ms": 0.9, "candidate_ms": 0.3,
                                                          "speedup_ci95": [2.9, 3.1], "pairs": 8,
-                                                         "candidate_host_ms": 0.31}
+                                                         "candidate_host_ms": 0.31, "reference_queue_ms": 0.45,
+                                                         "candidate_queue_ms": 0.12}
     assert outcome.rules == ["KJ-R20-timing-disagrees-with-supervisor-clock (reject): reported 0.1 ms per call; "
                              "the supervisor's clock allows 0.2 ms"]
 
