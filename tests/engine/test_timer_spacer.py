@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections import deque
 
 import pytest
 import torch
@@ -75,3 +76,70 @@ def test_a_launch_bound_call_and_a_device_bound_one_leave_the_same_time_outside_
     differences = [slow[0] - fast[0] for fast, slow in rounds]
     # Without the spacer the launch-bound side showed its host's work between calls here: 50-100 us per call.
     assert abs(statistics.median(differences)) < FLOOR_MS["cuda"], (differences, rounds)
+
+
+class _Log(list):
+    def op(self, name: str):
+        return lambda *args, **kwargs: self.append(name)
+
+
+def test_the_gpu_loop_queues_the_spacer_first_then_the_kept_copy_the_writes_and_the_flush(monkeypatch):
+    # The GPU loop's order of operations, with the device's calls replaced by a log (no GPU here; the
+    # GPU tests above measure what the order achieves): after each call's end event the spacer comes
+    # first, then the kept call's copy, the next call's variant writes, its flush and its start event.
+    log = _Log()
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.name = ""
+
+    class EventBase:
+        @staticmethod
+        def record(event, stream) -> None:
+            log.append(event.name)
+
+        @staticmethod
+        def elapsed_time(start, end) -> float:
+            return 1.0
+
+    class Flush:
+        zero_ = log.op("flush")
+
+    gpu = object.__new__(timer._GpuTimer)
+    gpu.flush, gpu.events, gpu.covers, gpu.spacer_cycles = Flush(), [], deque(maxlen=timer.SPACER_HISTORY), 7
+    monkeypatch.setattr(timer, "_Event", Event)
+    monkeypatch.setattr(timer, "_EventBase", EventBase)
+    monkeypatch.setattr(timer, "_gpu_timer", lambda device: gpu)
+    monkeypatch.setattr(timer, "_current_stream", lambda: None)
+    monkeypatch.setattr(timer, "_cuda_sync", log.op("sync"))
+    monkeypatch.setattr(timer, "_device_sleep", lambda cycles: log.append(f"spacer {cycles}"))
+    monkeypatch.setattr(timer, "_index_copy", log.op("writes"))
+    monkeypatch.setattr(timer, "_snapshot", lambda out: log.append(f"copy {out}") or out)
+    for start, end in gpu.pairs(4):
+        start.name, end.name = "start", "end"
+    pool = [[torch.zeros(8)], [torch.ones(8)]]
+    changes = [[(0, torch.tensor([1, 5]), torch.tensor([[0.0, 0.0], [2.0, 3.0]]))],
+               [(0, torch.tensor([2]), torch.tensor([[1.0], [4.0]]))]]
+    variants = timer.InputVariants(pool, changes)
+    calls = iter(range(4))
+
+    def model(x):
+        call = next(calls)
+        log.append(f"model {call}")
+        return call
+
+    samples = timer.time_model(model, pool, torch.device("cuda"), runs=3, warmup=1, keep={1},
+                               order=[0, 3, 0, 3], variants=variants)
+    first = ["writes", "flush", "start", "model 0", "end"]
+    assert log[:len(first)] == first, log
+    sizes = [int(entry.split()[1]) for entry in log if entry.startswith("spacer")]
+    assert len(sizes) == 3 and sizes[0] == 7  # before any host time was measured: the timer's own first size
+    assert log[len(first):] == [
+        f"spacer {sizes[0]}", "writes", "flush", "start", "model 1", "end",
+        f"spacer {sizes[1]}", "writes", "flush", "start", "model 2", "end",
+        f"spacer {sizes[2]}", "copy 2", "writes", "flush", "start", "model 3", "end",
+        "sync"], log
+    assert samples.kept == [2] and samples.device_ms == [1.0] * 3
+    # Each spacer after the first is sized from the host's times measured at the boundaries before it.
+    assert len(gpu.covers) == 3
+    assert gpu.spacer_cycles == int(timer.spacer_ms(gpu.covers) * timer.SLEEP_CYCLES_PER_MS)
