@@ -4,7 +4,7 @@
 #   self-check, the problem-set benchmark, the red-team corpus and the GPU tests.
 # Usage (from the repo root on the GPU host): benchmarks/run_device.sh WHEELHOUSE OUTDIR [STEPS...]
 # STEPS: fresh prebuild eval elementwise baselines redteam streams redteam-load throughput tests security repeat
-# repeat-wait fidelity soak soak-wait placement omp sync bundle (a name that is none of these only installs)
+# repeat-wait fidelity soak soak-wait placement siblings omp sync bundle (a name that is none of these only installs)
 # (default: eval redteam tests).
 # fresh: kill servers and spawners a cut call left on a warm machine, and empty the throughput data dir (do it
 # before `throughput` with rl, never before rl-again). bundle: every log and JSON line file of OUTDIR into
@@ -32,6 +32,8 @@
 # or gzipped, e.g. the committed benchmarks/results/logs/fidelity_*.jsonl.gz), the
 # table to OUTDIR; KJ_EVAL_BUDGET stops starting pairs after that long; KJ_EVAL_JOBS pairs at once (default 6);
 # KJ_FIDELITY_IDS="S035 S141" evaluates those pairs only.
+# siblings: benchmarks/core_interference.py on each lane's reserved timing cores (worker/engine/cpu_plan.py, auto,
+# one lane a GPU): which other cores slow them alone (SMT siblings a VM's sysfs does not show) and all at once.
 # placement: benchmarks/buffer_placement.py (does a kernel's time move with where its buffers lie: fresh
 # processes and byte offsets; KJ_PROBLEMS, default softmax layernorm). omp: benchmarks/omp_wait.py (what OpenMP's
 # spinning threads cost between host steps, 4 threads). sync: benchmarks/cuda_sync_wait.py (what CUDA's spinning
@@ -211,6 +213,13 @@ for step in $steps; do
     placement)
         python3 -m benchmarks.buffer_placement ${KJ_PROBLEMS:+--problems $KJ_PROBLEMS} \
             --out "$out/buffer_placement_$stamp.md" 2>&1 | tail -30 | tee "$out/buffer_placement.log" ;;
+    siblings)
+        lanes=$(nvidia-smi -L | wc -l)
+        probes=$(python3 -c "import sys; from worker.engine.cpu_plan import plan_cpus; n = int(sys.argv[1]); \
+print(' '.join(f'--probe-cpu {cpu}' for lane in range(n) for cpu in plan_cpus('auto', lane=lane, lanes=n).lane_cpus))" \
+            "$lanes")
+        python3 -m benchmarks.core_interference ${probes:---probe-cpu 0} --out "$out/core_interference_$stamp.md" \
+            2>"$out/core_interference.json" | tail -60 ;;
     omp)
         python3 -m benchmarks.omp_wait --threads 4 --out "$out/omp_wait_$stamp.md" ;;
     sync)

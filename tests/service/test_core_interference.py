@@ -1,0 +1,39 @@
+"""benchmarks/core_interference.py: which cores slow a timing core (hidden SMT siblings, the host's load)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from benchmarks import core_interference
+from benchmarks.core_interference import ProbeResult, hidden_siblings, interfering_cores
+
+
+def test_a_core_that_slows_the_probe_alone_is_a_hidden_sibling_unless_sysfs_lists_it(monkeypatch):
+    monkeypatch.setattr(core_interference, "thread_siblings", lambda cpu: (0, 16))
+    result = ProbeResult(probe_cpu=0, baseline_ms=[0.50, 0.52, 0.51],
+                         alone_ms={1: 0.52, 2: 0.72, 16: 0.80, 17: 0.58}, all_ms=0.62)
+    assert result.baseline == 0.51
+    assert result.drift == pytest.approx(0.52 / 0.50 - 1)
+    # Core 2 (1.41x) and core 16 (1.57x) interfere; core 17 (1.14x) is under the 1.15x threshold.
+    assert interfering_cores(result) == [2, 16]
+    # Core 16 is the probe's sibling as sysfs shows it: already kept off the timing core's builds.
+    assert hidden_siblings(result) == [2]
+    assert hidden_siblings(result, threshold=1.10) == [2, 17]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin a spinner beside the probe")
+def test_spinners_are_pinned_and_running_while_the_probe_measures_and_reaped_after():
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    with core_interference.spinners([cpus[1]]) as processes:
+        assert [os.sched_getaffinity(process.pid) for process in processes] == [{cpus[1]}]
+        assert all(process.poll() is None for process in processes)
+    assert all(process.returncode is not None for process in processes)
+
+    result = core_interference.measure(cpus[0], cpus, loops=20)
+    assert result.probe_cpu == cpus[0]
+    assert list(result.alone_ms) == [cpus[1]]
+    assert len(result.baseline_ms) == 3
+    assert min(result.baseline_ms) > 0 and result.all_ms > 0
+    assert core_interference.report_lines(result, 1.15)[0] == f"## Probe core {cpus[0]}"
