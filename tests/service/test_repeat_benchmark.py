@@ -73,4 +73,7 @@ def test_a_kernel_over_the_spread_goal_gets_each_rounds_interval_and_medians(tmp
     section = table.split("## Each round of the kernels over 2%")[1]
     assert "- `matmul/triton_ok` round 1: speedup 0.809 [0.80, 0.81]" in section
     assert "- `matmul/triton_ok` round 2: speedup 0.747 [0.74, 0.75]" in section
-    assert "silu" not in section and "giou" not in section
+    assert "silu" not in section
+    # A short kernel is out of the goal's count, but its rounds are listed: a launch-bound reference against it
+    # spreads with the host's speed (giou_varlen, 15-98% on an H200), and they are the evidence.
+    assert "- `giou/triton_ok` round 1: below 20 us" in section
