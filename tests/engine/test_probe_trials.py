@@ -47,8 +47,9 @@ def test_a_mean_over_a_subset_fails_on_the_spikes_probe(run_eval):
     assert "secret positions" in spikes.inputs  # what was done, never where
 
 
-# None: a secret draw; 7: a draw on which the spikes probe also fails the candidate (seen on CPU).
-@pytest.mark.parametrize("seed", [None, 7])
+# None: a secret draw; 7: a draw on which the spikes probe also fails the candidate (seen on CPU); 110: a draw on
+# which the problem's own trials flag it and the scaled probe does not.
+@pytest.mark.parametrize("seed", [None, 7, 110])
 def test_a_half_precision_cast_inside_a_reduction_is_flagged_by_a_probe(run_eval, seed):
     assert HALF_CAST_MEAN.count("tl.float16") == 1
     result = run_eval(MEAN.reference_source, HALF_CAST_MEAN, seed=seed)
@@ -58,14 +59,25 @@ def test_a_half_precision_cast_inside_a_reduction_is_flagged_by_a_probe(run_eval
     assert all(trial.passed for trial in result.correctness.trials)
     assert result.flagged and result.reward == 0.0
     hit = next(h for h in result.rules if h.rule == "KJ-R12-precision-loss")
-    assert "probe 'scaled'" in hit.evidence and "candidate" in hit.evidence and "reference" in hit.evidence
-    scaled = _probe(result, "scaled")
-    assert scaled.outcome == "flag" and scaled.ratio > PROBE_RATIO and "lower precision" in scaled.message
+    # Each source of KJ-R12 is judged on its own, and every draw flags it from one or both: the problem's own
+    # trials (their error ratio against float64), the scaled probe (its error beyond an honest reduction's).
+    # Over 40 seeds the trials flagged it 34 times and the probe 39 times. A secret draw in the full suite had
+    # the trials alone (1291x), as seed 110 does (trials 1520x; the probe 2727x, within an honest reduction's
+    # ulps at its scale).
+    trials, scaled = result.correctness.precision, _probe(result, "scaled")
+    assert trials.passed is False or scaled.outcome == "flag", (trials, scaled)
+    assert "RMS error vs float64: candidate" in hit.evidence and "reference" in hit.evidence, hit.evidence
+    assert hit.evidence.startswith("the problem's trials") == (trials.passed is False)
+    if scaled.outcome == "flag":
+        assert "probe 'scaled'" in hit.evidence and scaled.ratio > PROBE_RATIO and "lower precision" in scaled.message
     # ~1000x the reference's error on the problem's inputs: at most borderline there (KJ-R12 also wants 1024
     # ulps). On the scaled probe it is 6e4-3e5x on most secret draws, but one draw in the full suite gave 960x:
-    # the flag, not its margin, is what every draw guarantees. The fixed draw keeps the margin.
-    if seed is not None:
-        assert scaled.ratio > 16 * PROBE_RATIO and scaled.ratio > 4 * result.correctness.precision.ratio
+    # the flag, not its margin, is what every draw guarantees. The fixed draws keep what they showed.
+    if seed == 7:
+        assert scaled.outcome == "flag" and scaled.ratio > 16 * PROBE_RATIO
+        assert scaled.ratio > 4 * result.correctness.precision.ratio
+    if seed == 110:
+        assert trials.passed is False and scaled.outcome == "ok"
 
 
 @pytest.mark.parametrize("case", ["honest_triton_mean_tree", "honest_triton_mean_kahan"])
