@@ -104,9 +104,11 @@ def probe_median_ms(cpu: int, loops: int, size: int = LOOP_SIZE) -> float:
 def spinners(cpus: list[int]) -> Iterator[list[subprocess.Popen]]:
     """A busy process pinned to each of `cpus`, each pinned and running before this yields them; all killed and
     reaped after."""
-    processes = [subprocess.Popen([sys.executable, "-c", SPINNER, str(cpu)], stdout=subprocess.PIPE, text=True)
-                 for cpu in cpus]
+    processes: list[subprocess.Popen] = []
     try:
+        for cpu in cpus:  # started inside the try: a start that fails still ends the ones before it
+            processes.append(subprocess.Popen([sys.executable, "-c", SPINNER, str(cpu)], stdout=subprocess.PIPE,
+                                              text=True))
         for process in processes:
             assert process.stdout is not None
             if process.stdout.readline().strip() != "ready":
