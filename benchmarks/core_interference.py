@@ -119,6 +119,8 @@ def spinners(cpus: list[int]) -> Iterator[list[subprocess.Popen]]:
             process.kill()
         for process in processes:
             process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
 
 
 def measure(probe_cpu: int, cpus: list[int], loops: int, size: int = LOOP_SIZE) -> ProbeResult:
