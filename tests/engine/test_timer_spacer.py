@@ -68,9 +68,10 @@ def test_a_launch_bound_call_and_a_device_bound_one_leave_the_same_time_outside_
         return (_outside_ms(device_bound, pool, variants, order, device, runs=200),
                 _outside_ms(launch_bound, pool, variants, order, device, runs=200))
 
-    # One round untimed first: on an H200 the first round paid first-use costs (the allocator's first blocks for
-    # the kept outputs, the spacer's first guess), and the device-bound side queued 0.30 ms a call for 0.165 ms
-    # of device time. The supervisor's clock check has its calibration pair and noise limit for that.
+    # One round untimed first: on an H200 the first round paid first-use costs (a fresh timer's flush buffer and
+    # events, the spacer's first guess, the variant writes' first runs), and the device-bound side queued 0.30 ms
+    # a call for 0.165 ms of device time. The supervisor's clock check has its calibration pair and noise limit
+    # for that.
     neighbours()
     rounds = [neighbours() for _ in range(5)]  # neighbours, as the supervisor times them
     for (_, fast_ms, fast_queue), (_, _, slow_queue) in rounds:
