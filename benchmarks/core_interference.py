@@ -149,7 +149,8 @@ def report_lines(result: ProbeResult, threshold: float) -> list[str]:
              f"{', '.join(map(str, interfering_cores(result, threshold))) or 'none'}",
              f"- **hidden siblings** (not in sysfs): {', '.join(map(str, hidden)) or 'none'}", "",
              "| busy core | probe ms | slowdown |", "|---|---|---|"]
-    lines += [f"| {cpu} | {result.alone_ms[cpu]:.4f} | {result.slowdown(cpu):.2f}x |" for cpu in sorted(result.alone_ms)]
+    lines += [f"| {cpu} | {result.alone_ms[cpu]:.4f} | {result.slowdown(cpu):.2f}x |"
+              for cpu in sorted(result.alone_ms)]
     return [*lines, ""]
 
 
