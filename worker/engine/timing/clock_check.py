@@ -13,10 +13,10 @@ same loop on the same device, whether a side's calls keep the device busy or lea
 host (the timer's spacer covers its own host work between calls, sandbox_side/timing/timer.py; without
 it a launch-bound side showed that work here and a device-bound side did not). Blocks are timed as
 neighbours with the same number of calls, so each pair gives a difference of `outside`; a candidate
-that reports less than it ran shows it there, whatever its samples say. The limit is the largest of: the noise of that difference over the pairs, a share of the reported time,
-and a floor for what one request's delivery may vary by (pipes, thread scheduling: it does not grow with
-the calls in a block, so it is spread over them). A candidate beyond it is rejected with both figures
-(KJ-R20). The calibration blocks are a pair too: both sides ran the same number of calls.
+that reports less than it ran shows it there, whatever its samples say. The limit is the largest of:
+the noise of that difference over the pairs, a share of the reported time, and a floor for what one
+request's delivery may vary by (pipes, thread scheduling: it does not grow with the calls in a block, so
+it is spread over them). A candidate beyond it is rejected with both figures (KJ-R20). The calibration blocks are a pair too: both sides ran the same number of calls.
 """
 
 from __future__ import annotations
