@@ -16,7 +16,8 @@ neighbours with the same number of calls, so each pair gives a difference of `ou
 that reports less than it ran shows it there, whatever its samples say. The limit is the largest of:
 the noise of that difference over the pairs, a share of the reported time, and a floor for what one
 request's delivery may vary by (pipes, thread scheduling: it does not grow with the calls in a block, so
-it is spread over them). A candidate beyond it is rejected with both figures (KJ-R20). The calibration blocks are a pair too: both sides ran the same number of calls.
+it is spread over them). A candidate beyond it is rejected with both figures (KJ-R20). The calibration
+blocks are a pair too: both sides ran the same number of calls.
 """
 
 from __future__ import annotations
