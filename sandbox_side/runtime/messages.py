@@ -180,7 +180,8 @@ class Load(Command):
 class Time(Command):
     """One block of timed calls (timer.time_model): `warmup` untimed calls, then `runs` timed ones, in `order`
     (codes of the input set and variant each call gets); `keep`: the timed calls whose outputs are kept (sent
-    by TimedOutputs; a judge keeps none). `compiled`: a judge times its torch.compile'd reference. Reply:
+    by TimedOutputs; a judge keeps none). `compiled`: a judge times its torch.compile'd reference. `spacer_ms`:
+    the device time between calls, the same for both sides of a window (sandbox_side/timing/spacer.py). Reply:
     Timing."""
 
     NAME: ClassVar[str] = "time"
@@ -189,6 +190,7 @@ class Time(Command):
     order: list[int] | None = None
     keep: list[int] | None = None
     compiled: bool = False
+    spacer_ms: float | None = None
 
 
 # -- a candidate's runner --------------------------------------------------------------------------------------
@@ -381,6 +383,7 @@ class Timing(Reply):
     warmup_runs: int = 0
     tampered: list[str] = field(default_factory=list)
     queue_ms_per_call: float | None = None  # the host's time per call to queue the block (GPU; diagnostic only)
+    cover_ms: float | None = None  # the host's median time a spacer covers (GPU): sizes the next spacer
 
 
 @dataclass

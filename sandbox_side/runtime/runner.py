@@ -260,12 +260,12 @@ class Runner:
         try:
             samples = timer.time_model(model, self.pool, self.device, runs=command.runs, warmup=command.warmup,
                                        keep=frozenset(command.keep or ()), order=command.order,
-                                       variants=self.variants)
+                                       variants=self.variants, spacer_ms=command.spacer_ms)
         except BaseException as exc:  # noqa: BLE001
             raise classify(exc, "while timing forward") from exc
         self._keep_timed(samples.kept)
         self.channel.reply(Timing(device_ms=samples.device_ms, warmup_runs=samples.warmup_runs,
-                                  queue_ms_per_call=samples.queue_ms_per_call,
+                                  queue_ms_per_call=samples.queue_ms_per_call, cover_ms=samples.cover_ms,
                                   tampered=self.integrity.changed()))
 
     def _keep_timed(self, outputs: list) -> None:

@@ -1,1 +1,2 @@
-"""The timed loop both sides run (timer.py) and the timing inputs' variants the judge makes (timing_variants.py)."""
+"""The timed loop both sides run (timer.py), the spacer between its calls (spacer.py) and the timing inputs'
+variants the judge makes (timing_variants.py)."""

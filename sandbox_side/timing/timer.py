@@ -12,20 +12,20 @@ Triton launch slower than that added its excess to every sample, and a host slow
 builds moved one honest Triton GEMM's speedup by 8% in one of five evaluations. A launch-bound call
 (host time beyond its device time) still counts its launch gaps, as it does under do_bench.
 
-Between two calls a spacer holds the stream on the device (a spin, launched right after the call's end
-event) for about as long as the host takes to queue the next call's variant writes and flush, which
-must come before the flush (the writes touch most of an input's cache lines). Without it a launch-bound
-call, whose device has caught up with the host, left the device idle while the host queued them, and
-that idle time lay outside its samples; a device-bound call's device never waited. The supervisor's
-clock check (worker/engine/timing/clock_check.py) compares exactly that time outside the samples
-between reference and candidate, so an honest launch-bound candidate against a device-bound reference
-showed 50-100 us per call more and was rejected (KJ-R20: two honest multi-stream Triton candidates,
-every time, on an idle H200). The spacer is device time outside the samples on both sides alike, so the
-two differ again only by the spacer's own launch (a few us). It is sized from this process's recent
-host times (the median, with a margin): a spacer sized wrong gains a candidate nothing, since a longer
-one shows as time outside its samples and a shorter one leaves the idle time there. The call's head
-start (the flush's time, in which the host launches the call's kernels) is kept as under do_bench. Inputs
-rotate through a pool of distinct input sets, and before each call the supervisor's secret order may
+Between two calls a spacer holds the stream on the device (a spin, launched right after the call's end event)
+for about as long as the host takes to queue the next call's variant writes and flush, which must come before
+the flush (the writes touch most of an input's cache lines). Without it a launch-bound call, whose device has
+caught up with the host, left the device idle while the host queued them, and that idle time lay outside its
+samples; a device-bound call's device never waited. The supervisor's clock check
+(worker/engine/timing/clock_check.py) compares exactly that time outside the samples between reference and
+candidate, so an honest launch-bound candidate against a device-bound reference showed 50-100 us per call more
+and was rejected (KJ-R20: two honest multi-stream Triton candidates, every time, on an idle H200). The spacer
+is device time outside the samples on both sides alike, so the two differ again only by the spacer's own
+launch (a few us), as long as both sides get one size: the supervisor sends it with each block (spacer.py says
+why, and how it is sized from the covers each block reports); without one (a standalone caller), the timer
+sizes it from this process's recent covers. The call's head start (the flush's time, in which the host
+launches the call's kernels) is kept as under do_bench.
+Inputs rotate through a pool of distinct input sets, and before each call the supervisor's secret order may
 switch the set to another of its variants (InputVariants: the same buffers, values changed at secret
 positions), so no call sees the inputs the previous call on its buffers saw: a cache keyed on the
 buffers or on a few sampled values returns a stale output, and the outputs of a secret sample of calls
@@ -48,11 +48,13 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from sandbox_side.timing.spacer import SPACER_FIRST_MS, SPACER_HISTORY, clamp_ms, spacer_ms
 
 _perf_counter = time.perf_counter
 # torch's CUDA bindings, bound before any user code runs (None in a torch built without CUDA: used on a GPU only).
@@ -68,14 +70,6 @@ WARMUP_RUNS = 3
 L2_FLUSH_MIN_BYTES = 256 * 1024 * 1024
 # Device sleeps are given in cycles: these assume a 2 GHz SM clock (a slower clock only holds longer).
 SLEEP_CYCLES_PER_MS = 2_000_000
-# The spacer between calls (see above): the median of the host's last SPACER_HISTORY times from a spacer's
-# launch to the next flush's, times SPACER_MARGIN plus SPACER_EXTRA_MS, at most SPACER_MAX_MS (a stalled
-# host is noise, not a size); SPACER_FIRST_MS before this process has measured any.
-SPACER_HISTORY = 16
-SPACER_MARGIN = 1.25
-SPACER_EXTRA_MS = 0.002
-SPACER_MAX_MS = 0.3
-SPACER_FIRST_MS = 0.05
 
 
 @dataclass
@@ -87,6 +81,9 @@ class TimingSamples:
     # GPU: the host's time per call to queue the block (first call queued to last end event recorded). Over
     # the device's time per call (sample and flush), the calls were launch-bound: their samples hold launch gaps.
     queue_ms_per_call: float | None = None
+    # GPU: the median host time (ms) from a spacer's launch to the next call's flush (what a spacer covers): the
+    # supervisor sizes the next blocks' spacer from both sides' (spacer.py).
+    cover_ms: float | None = None
 
 
 class InputVariants:
@@ -123,13 +120,6 @@ class InputVariants:
         if self.writes[slot]:
             for flat, positions, row in self.writes[slot][variant]:
                 _index_copy(flat, 0, positions, row)
-
-
-def spacer_ms(covers: Sequence[float]) -> float:
-    """The spacer's device time for the host's recent times (ms) from a spacer's launch to the next flush's."""
-    if not covers:
-        return SPACER_FIRST_MS
-    return min(SPACER_MAX_MS, SPACER_MARGIN * statistics.median(covers) + SPACER_EXTRA_MS)
 
 
 class _GpuTimer:
@@ -175,7 +165,8 @@ def _snapshot(out: object) -> object:
 
 def time_model(model: Callable[..., object], pool: list[list], device: torch.device, *, runs: int,
                warmup: int = WARMUP_RUNS, keep: frozenset[int] | set[int] = frozenset(),
-               order: list[int] | None = None, variants: InputVariants | None = None) -> TimingSamples:
+               order: list[int] | None = None, variants: InputVariants | None = None,
+               spacer_ms: float | None = None) -> TimingSamples:
     """Time `runs` calls of `model` over the input pool, after `warmup` untimed calls.
 
     The supervisor times one block of calls per request and alternates the reference's blocks with the
@@ -186,7 +177,8 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
     `order[i] % len(pool)` in its variant `order[i] // len(pool)`, written into the set's buffers just
     before the call (`variants`); without it, call i uses set i % len(pool) as it is. `keep`: indices of
     timed calls whose output is copied (after the call's timed window) for the judge to re-check: an
-    output buffer reused across calls must still hold that call's answer."""
+    output buffer reused across calls must still hold that call's answer. `spacer_ms`: the supervisor's spacer
+    for every call of the block, the same for both sides of its window (spacer.py); None: this process's own."""
     result = TimingSamples()
     size = len(pool)
     warmup, runs = max(int(warmup), 0), max(int(runs), 1)
@@ -208,12 +200,14 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
         if device.type == "cuda":
             gpu = _gpu_timer(device)
             pairs = gpu.pairs(total)
+            fixed_cycles = None if spacer_ms is None else int(clamp_ms(spacer_ms) * SLEEP_CYCLES_PER_MS)
+            covers: list[float] = []
             queued_from = _perf_counter()
             kept_out: list[object] = []  # the previous call's output, when it is kept
             for i in range(total):
                 if i:
                     # First after the previous call's end event: the spacer, over the host's work below.
-                    _device_sleep(gpu.spacer_cycles)
+                    _device_sleep(gpu.spacer_cycles if fixed_cycles is None else fixed_cycles)
                     covered_from = _perf_counter()
                     if kept_out:
                         result.kept.append(_snapshot(kept_out.pop()))  # before the next call's writes
@@ -222,7 +216,8 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
                 stream = _current_stream()
                 gpu.flush.zero_()
                 if i:
-                    gpu.covered((_perf_counter() - covered_from) * 1e3)  # under the flush's device time
+                    covers.append((_perf_counter() - covered_from) * 1e3)  # under the flush's device time
+                    gpu.covered(covers[-1])
                 _EventBase.record(start, stream)
                 out = model(*args)
                 _EventBase.record(end, stream)
@@ -231,6 +226,7 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
             if kept_out:
                 result.kept.append(_snapshot(kept_out.pop()))
             result.queue_ms_per_call = (_perf_counter() - queued_from) * 1e3 / total
+            result.cover_ms = statistics.median(covers) if covers else None
             _cuda_sync()
             device_ms = [_EventBase.elapsed_time(start, end) for start, end in pairs]
         else:

@@ -52,7 +52,7 @@ EXAMPLES: list[messages.Message] = [
     messages.Exit(),
     messages.Ping(),
     Load(source="import torch\n", cpu_s=60),
-    Time(runs=5, warmup=1, order=[3, 0, 1, 2, 4, 5], keep=[2], compiled=True),
+    Time(runs=5, warmup=1, order=[3, 0, 1, 2, 4, 5], keep=[2], compiled=True, spacer_ms=0.12),
     Run(init_seed=7, poison_bytes=4096, payload=TENSORS),
     messages.Trace(),
     messages.TritonCache(max_bytes=1 << 20),
@@ -72,7 +72,7 @@ EXAMPLES: list[messages.Message] = [
     messages.Pong(),
     ErrorReply(kind=FailureKind.out_of_memory, message="out of device memory", detail="Traceback ..."),
     messages.StepReached(step="truths", device=True),
-    Timing(device_ms=[1.5, 2.0], warmup_runs=1, tampered=["time.perf_counter"]),
+    Timing(device_ms=[1.5, 2.0], warmup_runs=1, tampered=["time.perf_counter"], cover_ms=0.09),
     RunDone(tampered=["torch.cuda.synchronize"], payload=TENSORS),
     Traced(events={"kernels": [{"name": "k"}]}, tampered=[]),
     TritonCacheDone(files=[{"path": "a/b.cubin", "size": 4, "mtime_ns": 1}], payload=FOLDER),
@@ -125,7 +125,7 @@ def test_every_message_goes_to_its_line_and_back_unchanged(message):
 
 def test_the_lines_are_the_ones_the_runners_always_exchanged():
     assert Time(runs=5, warmup=1).to_message() == {"op": "time", "runs": 5, "warmup": 1, "order": None,
-                                                    "keep": None, "compiled": False}
+                                                    "keep": None, "compiled": False, "spacer_ms": None}
     assert Run(init_seed=7, poison_bytes=8, payload=TENSORS).to_message() == {
         "op": "run", "init_seed": 7, "poison_bytes": 8, "payload": TENSORS.description, "payload_bytes": 4}
     assert Compiled(ok=True, compile_s=1.0, compiles=1).to_message() == {

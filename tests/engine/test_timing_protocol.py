@@ -45,7 +45,7 @@ def test_block_plan_keeps_two_pairs_at_least_and_covers_the_count():
 
 
 def _fake_side(name: str, calls: list, ms: float, *, wall_per_call_ms: float | None = None):
-    def run(runs: int, warmup: int, snapshot: bool) -> TimedBlock:
+    def run(runs: int, warmup: int, snapshot: bool, spacer_ms: float) -> TimedBlock:
         calls.append((name, runs, warmup, snapshot))
         per_call = wall_per_call_ms if wall_per_call_ms is not None else ms + 0.1
         return TimedBlock([ms] * runs, warmup, (runs + warmup) * per_call / 1e3, [])
@@ -92,7 +92,7 @@ def test_a_block_with_the_wrong_number_of_samples_or_a_non_finite_one_is_a_proto
 
 def _drifting_side(calls: list, base_ms: float, drift: list[float]):
     """A side whose every block is steady inside but moves from block to block by `drift` (other load)."""
-    def run(runs: int, warmup: int, keep: int) -> TimedBlock:
+    def run(runs: int, warmup: int, keep: int, spacer_ms: float) -> TimedBlock:
         level = drift[len(calls) % len(drift)]
         calls.append(runs)
         return TimedBlock([base_ms * level] * runs, warmup, (runs + warmup) * base_ms * level / 1e3, [])
@@ -137,3 +137,32 @@ def test_a_runners_queue_time_is_kept_as_a_diagnostic_and_a_nonsense_one_is_drop
     assert block(float("nan")).queue_ms is None and block(-1.0).queue_ms is None and block(None).queue_ms is None
     window = PairedWindow((block(0.1), block(0.2)), [(block(0.1), block(0.3)), (block(None), block(0.5))], 2)
     assert window.queue_ms(0) == 0.1 and window.queue_ms(1) == 0.4
+
+
+def test_both_blocks_of_a_pair_get_one_spacer_sized_from_the_slower_sides_cover_in_the_pair_before():
+    from sandbox_side.timing.spacer import SPACER_FIRST_MS, SPACER_MAX_MS, shared_spacer_ms
+
+    spacers: list[tuple[str, float]] = []
+    # The candidate's host takes longer to queue its next call (a launch-bound side: 0.10 ms against 0.06 ms),
+    # and one of its blocks reports nonsense: that block's cover does not size anything.
+    covers = {"ref": iter([0.06] * 100), "cand": iter([0.10, 0.12, float("nan"), *[0.10] * 100])}
+
+    def side(name: str, ms: float):
+        def run(runs: int, warmup: int, keep: int, spacer_ms: float) -> TimedBlock:
+            spacers.append((name, spacer_ms))
+            reply = Timing(device_ms=[ms] * runs, cover_ms=next(covers[name]))
+            return TimedBlock.from_reply(reply, runs=runs, warmup=warmup, wall_s=(runs + warmup) * (ms + 0.1) / 1e3)
+        return run
+
+    window = measure_paired(side("ref", 2.0), side("cand", 1.0), EvalOptions(timing_min_runs=40, timing_budget_s=10))
+    assert spacers[:2] == [("ref", SPACER_FIRST_MS), ("cand", SPACER_FIRST_MS)]  # nothing measured yet
+    blocks = [window.calibration, *window.pairs]
+    timed = spacers[2:]
+    assert len(timed) == 2 * len(window.pairs)
+    for index, earlier in enumerate(blocks[:-1]):
+        pair = [spacer for _, spacer in timed[2 * index:2 * index + 2]]
+        # One size for both blocks of a pair, from the slower of the two covers the pair before reported.
+        assert pair[0] == pair[1] == shared_spacer_ms(block.cover_ms for block in earlier)
+    assert timed[0][1] == pytest.approx(shared_spacer_ms([0.06, 0.10])) and timed[0][1] > 0.10
+    assert window.pairs[1][1].cover_ms is None  # the nonsense report: the reference's cover sized the next pair
+    assert timed[4][1] == pytest.approx(shared_spacer_ms([0.06])) and all(s <= SPACER_MAX_MS for _, s in spacers)

@@ -84,7 +84,7 @@ def test_both_blocks_of_a_pair_keep_as_many_outputs_and_the_window_keeps_the_che
     calls: list = []
 
     def side(name: str, ms: float):
-        def run(runs: int, warmup: int, keep: int) -> TimedBlock:
+        def run(runs: int, warmup: int, keep: int, spacer_ms: float) -> TimedBlock:
             calls.append((name, runs, keep))
             return TimedBlock([ms] * runs, warmup, (runs + warmup) * (ms + 0.1) / 1e3, [])
         return run

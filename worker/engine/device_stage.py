@@ -654,7 +654,7 @@ class DeviceStage:
         blocks = itertools.count(1)
         pauses: list[str] = []
 
-        def reference_block(runs: int, warmup: int, keep: int) -> TimedBlock:
+        def reference_block(runs: int, warmup: int, keep: int, spacer_ms: float) -> TimedBlock:
             order = reference_order.next(warmup + runs)
             chosen = sorted(rng.sample(range(runs), min(keep, runs)))
             try:
@@ -662,17 +662,17 @@ class DeviceStage:
                 # raise the candidate's speedup): its sandbox is frozen, and thawed before its own block.
                 with self._exchange(entry, "timing the reference", deadline), session.process.paused() as how:
                     pauses.append(how)
-                    return judge.time(runs, warmup, deadline, order=order, keep=chosen)
+                    return judge.time(runs, warmup, deadline, order=order, keep=chosen, spacer_ms=spacer_ms)
             except UserFailure as failure:
                 failure.message = f"reference timing: {failure.message}"
                 raise _ReferenceTimingFailure(failure) from failure
 
-        def candidate_block(runs: int, warmup: int, keep: int) -> TimedBlock:
+        def candidate_block(runs: int, warmup: int, keep: int, spacer_ms: float | None = None) -> TimedBlock:
             order = candidate_order.next(warmup + runs)
             chosen = sorted(rng.sample(range(runs), min(keep, runs)))
             number = next(blocks)
-            reply, wall_s = session.timed_request(Time(runs=runs, warmup=warmup, order=order, keep=chosen), Timing,
-                                                  deadline)
+            command = Time(runs=runs, warmup=warmup, order=order, keep=chosen, spacer_ms=spacer_ms)
+            reply, wall_s = session.timed_request(command, Timing, deadline)
             for index in chosen:
                 expected.append(candidate_order.decode(order[warmup + index]))
                 labels.append(f"candidate block {number}, timed call {index + 1} of {runs}")

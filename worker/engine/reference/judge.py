@@ -250,11 +250,11 @@ class JudgeSession:
                                compile_s=reply.compile_s, compiles=reply.compiles)
 
     def time(self, runs: int, warmup: int, deadline: float, *, compiled: bool = False, order: list[int] | None = None,
-             keep: list[int] | None = None) -> TimedBlock:
+             keep: list[int] | None = None, spacer_ms: float | None = None) -> TimedBlock:
         """One block of timed calls of the reference (or its compiled form), clocked by the supervisor;
-        `order` and `keep` as for a candidate's block (sandbox_side/timing/timer.time_model)."""
+        `order`, `keep` and `spacer_ms` as for a candidate's block (sandbox_side/timing/timer.time_model)."""
         command = Time(runs=runs, warmup=warmup, order=order, keep=keep if order is not None else None,
-                       compiled=compiled)
+                       compiled=compiled, spacer_ms=spacer_ms)
         reply, wall_s = self.session.timed_request(command, Timing, deadline)
         return TimedBlock.from_reply(reply, runs=runs, warmup=warmup, wall_s=wall_s)
 

@@ -112,11 +112,11 @@ def measure(task: BaselineTask, settings: EngineSettings) -> tuple[BaselineKey, 
             return key, [CompileBaselineRecord(False, time.time(), compiled.reason or "not available",
                                                compile_s=compiled.compile_s, measured_on=measured_on)]
 
-        def eager_block(runs: int, warmup: int, _keep: int) -> TimedBlock:
-            return judge.time(runs, warmup, deadline)
+        def eager_block(runs: int, warmup: int, _keep: int, spacer_ms: float) -> TimedBlock:
+            return judge.time(runs, warmup, deadline, spacer_ms=spacer_ms)
 
-        def compiled_block(runs: int, warmup: int, _keep: int) -> TimedBlock:
-            return judge.time(runs, warmup, deadline, compiled=True)
+        def compiled_block(runs: int, warmup: int, _keep: int, spacer_ms: float) -> TimedBlock:
+            return judge.time(runs, warmup, deadline, compiled=True, spacer_ms=spacer_ms)
 
         # The same protocol as a job's timing: the two sides as neighbours in one exclusive window, on the lane's
         # reserved cores as a job's window is (its niced process would otherwise launch among the builds).

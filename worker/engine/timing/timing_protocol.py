@@ -7,7 +7,9 @@ standard error of the mean, at least `timing_min_runs`, at most `timing_max_runs
 the slower side fits in `timing_budget_s`. That count is split into a few blocks per side, timed as
 neighbours in ABBA order (R C, C R, R C, ...), so that clocks, thermal state and other load on the
 host move both sides of a pair alike: the speedup is the median of the pairs' ratios, and its
-confidence interval comes from resampling within the pairs (timing_stats.paired_speedup).
+confidence interval comes from resampling within the pairs (timing_stats.paired_speedup). Both blocks of
+a pair get one spacer between calls, sized from the covers both sides reported in the pair before
+(sandbox_side/timing/spacer.py): the clock check below compares the time outside their samples.
 
 The supervisor clocks every block itself (request sent to reply read): that evidence, which no code
 in the sandboxes can edit, is what the candidate's reported samples are checked against
@@ -29,6 +31,7 @@ from contract.requests import EvalOptions
 from contract.results import TimingStats
 from sandbox_side.runtime.failure_kind import FailureKind
 from sandbox_side.runtime.messages import Timing
+from sandbox_side.timing.spacer import SPACER_FIRST_MS, shared_spacer_ms
 from worker.engine.launch import UserFailure
 from worker.engine.timing import timing_stats
 
@@ -58,6 +61,8 @@ class TimedBlock:
     tampered: list[str] = field(default_factory=list)
     # The runner's own time per call to queue the block (GPU): diagnostic only, never evidence for a verdict.
     queue_ms: float | None = None
+    # The runner's median host time a spacer covered (GPU): sizes the next pair's spacer, nothing else.
+    cover_ms: float | None = None
 
     @classmethod
     def from_reply(cls, reply: Timing, *, runs: int, warmup: int, wall_s: float) -> TimedBlock:
@@ -65,9 +70,8 @@ class TimedBlock:
         if len(samples) != runs or not all(math.isfinite(x) and x > 0 for x in samples):
             # No call takes no time (a device event pair alone measures microseconds): zero is a forgery.
             raise UserFailure(FailureKind.protocol, f"timing reply does not hold {runs} finite, positive samples")
-        queue = reply.queue_ms_per_call
-        queue = float(queue) if isinstance(queue, (int, float)) and math.isfinite(queue) and queue >= 0 else None
-        return cls(list(samples), warmup, wall_s, list(reply.tampered), queue)
+        return cls(list(samples), warmup, wall_s, list(reply.tampered), _reported_ms(reply.queue_ms_per_call),
+                   _reported_ms(reply.cover_ms))
 
     @property
     def calls(self) -> int:
@@ -78,9 +82,13 @@ class TimedBlock:
         return statistics.median(self.device_ms)
 
 
-# (runs, warmup, keep) -> the block, `keep` of its timed calls keeping their outputs for the judge (at
-# positions the block's runner chooses); raises UserFailure.
-BlockRun = Callable[[int, int, int], TimedBlock]
+def _reported_ms(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0 else None
+
+
+# (runs, warmup, keep, spacer_ms) -> the block, `keep` of its timed calls keeping their outputs for the judge
+# (at positions the block's runner chooses), `spacer_ms` between its calls; raises UserFailure.
+BlockRun = Callable[[int, int, int, float], TimedBlock]
 
 
 @dataclass
@@ -206,21 +214,24 @@ def measure_paired(reference: BlockRun, candidate: BlockRun, options: EvalOption
     calls (in secret: `rng` is the supervisor's) keep their outputs for the judge."""
     rng = rng or random.SystemRandom()
     first = 1 if checks > 0 and rng.random() < 0.5 else 0
-    calibration = (reference(CALIBRATION_RUNS, CALIBRATION_WARMUP, first),
-                   candidate(CALIBRATION_RUNS, CALIBRATION_WARMUP, first))
+    calibration = (reference(CALIBRATION_RUNS, CALIBRATION_WARMUP, first, SPACER_FIRST_MS),
+                   candidate(CALIBRATION_RUNS, CALIBRATION_WARMUP, first, SPACER_FIRST_MS))
+    spacer = shared_spacer_ms(block.cover_ms for block in calibration)
     total = paired_count([block.device_ms for block in calibration], options)
     pairs, runs = block_plan(total)
     kept = spread_checks(checks - first, pairs, runs, rng)
     timed: list[tuple[TimedBlock, TimedBlock]] = []
 
     def time_pair(index: int, keep: int) -> None:
+        nonlocal spacer
         if index % 2 == 0:
-            ref_block = reference(runs, BLOCK_WARMUP, keep)
-            cand_block = candidate(runs, BLOCK_WARMUP, keep)
+            ref_block = reference(runs, BLOCK_WARMUP, keep, spacer)
+            cand_block = candidate(runs, BLOCK_WARMUP, keep, spacer)
         else:
-            cand_block = candidate(runs, BLOCK_WARMUP, keep)
-            ref_block = reference(runs, BLOCK_WARMUP, keep)
+            cand_block = candidate(runs, BLOCK_WARMUP, keep, spacer)
+            ref_block = reference(runs, BLOCK_WARMUP, keep, spacer)
         timed.append((ref_block, cand_block))
+        spacer = shared_spacer_ms((ref_block.cover_ms, cand_block.cover_ms))
 
     for index in range(pairs):
         time_pair(index, kept[index])
