@@ -12,15 +12,19 @@ job with a narrow interval.
 Method, per probe core P:
 - A probe process pinned to P runs a fixed pure-Python loop `loops` times (a launch path is Python and dispatcher
   code) and reports each loop's time. Its median is the figure.
-- First P alone: the baseline, measured before, halfway through and after the rest (its drift is reported).
-- Then one spinner process on each other core k in turn, and the probe's median against the baseline. A spinner is
-  pinned before it says it is ready, and the probe starts only then.
-- Then spinners on every other core at once: what a full host costs P (clock speed under a power limit, shared
-  caches and memory).
+- One spinner process on each other core k in turn, and the probe's median against P alone right before and right
+  after it (its bracket). A spinner is pinned before it says it is ready, and the probe starts only then.
+- Then spinners on every other core at once, against its own bracket: what a full host costs P (clock speed under
+  a power limit, shared caches and memory).
 
 A core whose spinner alone slows P by `--threshold` (1.15x) or more shares P's execution units. Outside P's sysfs
 siblings, it is a hidden sibling: builds must stay off it while P times. The same slowdown from every core at
 once, but from none alone, is the host's clock or memory under load, which no placement avoids.
+
+Why a bracket per core, not one baseline: on an idle H100 VM (2026-11-27) the probe's pace flipped between 0.26 and
+0.52 ms a loop over time, on every core, with no steal time recorded. Against a baseline from minutes before, a
+core measured in a slow spell looked like a 2x sibling, and one in a fast spell "sped the probe up" 2x. A core
+whose bracket moved by more than STABLE_LIMIT is reported as unsteady, and named neither way.
 """
 
 from __future__ import annotations
@@ -57,15 +61,18 @@ while True:
 """
 
 DEFAULT_THRESHOLD = 1.15
+STABLE_LIMIT = 0.10  # the most P alone may move across one bracket for the core inside it to be judged
 LOOP_SIZE = 20_000  # about 0.3-1 ms a loop: the order of a launch-bound reference's call
 
 
 @dataclass(frozen=True)
 class ProbeResult:
     probe_cpu: int
-    baseline_ms: list[float]  # the unloaded medians: first, halfway, last
-    alone_ms: dict[int, float]  # core with a spinner -> the probe's median
-    all_ms: float  # spinners on every other core
+    # The probe's medians alone, in order: before the first core's spinner, then after each core's (the last one
+    # after every core's at once). Core i's bracket is baseline_ms[i] and baseline_ms[i + 1].
+    baseline_ms: list[float]
+    alone_ms: dict[int, float]  # core with a spinner -> the probe's median, in the order measured
+    all_ms: float  # spinners on every other core, bracketed by the last two baselines
 
     @property
     def baseline(self) -> float:
@@ -75,13 +82,33 @@ class ProbeResult:
     def drift(self) -> float:
         return max(self.baseline_ms) / min(self.baseline_ms) - 1
 
+    def _bracket(self, index: int) -> tuple[float, float]:
+        return self.baseline_ms[index], self.baseline_ms[index + 1]
+
+    def _position(self, cpu: int) -> int:
+        return list(self.alone_ms).index(cpu)
+
+    def steady(self, cpu: int) -> bool:
+        """Whether the probe alone held its pace across this core's bracket."""
+        before, after = self._bracket(self._position(cpu))
+        return max(before, after) / min(before, after) - 1 <= STABLE_LIMIT
+
     def slowdown(self, cpu: int) -> float:
-        return self.alone_ms[cpu] / self.baseline
+        return self.alone_ms[cpu] / statistics.fmean(self._bracket(self._position(cpu)))
+
+    @property
+    def all_slowdown(self) -> float:
+        return self.all_ms / statistics.fmean(self.baseline_ms[-2:])
+
+
+def unsteady_cores(result: ProbeResult) -> list[int]:
+    """The cores whose bracket moved too much to judge them."""
+    return sorted(cpu for cpu in result.alone_ms if not result.steady(cpu))
 
 
 def interfering_cores(result: ProbeResult, threshold: float = DEFAULT_THRESHOLD) -> list[int]:
-    """The cores whose spinner alone slowed the probe by `threshold` or more."""
-    return sorted(cpu for cpu in result.alone_ms if result.slowdown(cpu) >= threshold)
+    """The steady cores whose spinner alone slowed the probe by `threshold` or more."""
+    return sorted(cpu for cpu in result.alone_ms if result.steady(cpu) and result.slowdown(cpu) >= threshold)
 
 
 def hidden_siblings(result: ProbeResult, threshold: float = DEFAULT_THRESHOLD) -> list[int]:
@@ -127,11 +154,10 @@ def measure(probe_cpu: int, cpus: list[int], loops: int, size: int = LOOP_SIZE) 
     others = [cpu for cpu in cpus if cpu != probe_cpu]
     baseline = [probe_median_ms(probe_cpu, loops, size)]
     alone: dict[int, float] = {}
-    for index, cpu in enumerate(others):
-        if index == len(others) // 2:
-            baseline.append(probe_median_ms(probe_cpu, loops, size))
+    for cpu in others:
         with spinners([cpu]):
             alone[cpu] = probe_median_ms(probe_cpu, loops, size)
+        baseline.append(probe_median_ms(probe_cpu, loops, size))
     with spinners(others):
         all_ms = probe_median_ms(probe_cpu, loops, size)
     baseline.append(probe_median_ms(probe_cpu, loops, size))
@@ -140,17 +166,23 @@ def measure(probe_cpu: int, cpus: list[int], loops: int, size: int = LOOP_SIZE) 
 
 def report_lines(result: ProbeResult, threshold: float) -> list[str]:
     hidden = hidden_siblings(result, threshold)
+    unsteady = unsteady_cores(result)
     lines = [f"## Probe core {result.probe_cpu}", "",
              f"- sysfs siblings: {', '.join(map(str, thread_siblings(result.probe_cpu)))}",
-             f"- baseline: {result.baseline:.4f} ms a loop (first, halfway, last: "
-             f"{', '.join(f'{value:.4f}' for value in result.baseline_ms)}; drift {result.drift:.1%})",
-             f"- every other core busy: {result.all_ms:.4f} ms, {result.all_ms / result.baseline:.2f}x",
+             f"- alone: median {result.baseline:.4f} ms a loop over {len(result.baseline_ms)} measurements, from "
+             f"{min(result.baseline_ms):.4f} to {max(result.baseline_ms):.4f} (drift {result.drift:.1%})",
+             f"- every other core busy: {result.all_ms:.4f} ms, {result.all_slowdown:.2f}x its bracket",
              f"- cores that slow it by {threshold:.2f}x or more alone: "
              f"{', '.join(map(str, interfering_cores(result, threshold))) or 'none'}",
-             f"- **hidden siblings** (not in sysfs): {', '.join(map(str, hidden)) or 'none'}", "",
-             "| busy core | probe ms | slowdown |", "|---|---|---|"]
-    lines += [f"| {cpu} | {result.alone_ms[cpu]:.4f} | {result.slowdown(cpu):.2f}x |"
-              for cpu in sorted(result.alone_ms)]
+             f"- **hidden siblings** (not in sysfs): {', '.join(map(str, hidden)) or 'none'}",
+             f"- unsteady (the probe alone moved by over {STABLE_LIMIT:.0%} across the core's bracket, so it is not "
+             f"judged): {', '.join(map(str, unsteady)) or 'none'}", "",
+             "| busy core | probe ms | bracket ms (before, after) | slowdown |", "|---|---|---|---|"]
+    for position, cpu in enumerate(result.alone_ms):
+        before, after = result.baseline_ms[position], result.baseline_ms[position + 1]
+        mark = "" if result.steady(cpu) else " (unsteady)"
+        lines.append(f"| {cpu} | {result.alone_ms[cpu]:.4f} | {before:.4f}, {after:.4f} | "
+                     f"{result.slowdown(cpu):.2f}x{mark} |")
     return [*lines, ""]
 
 
