@@ -102,6 +102,7 @@ class Outcome:
     reference_judge: str | None = None  # how the job got its judge: started ahead, waited, or why it started one
     candidate_cpu_s: float | None = None  # the candidate sandbox's host CPU seconds (its warm start and the job)
     runner_start_cpu_s: dict | None = None  # of which its runner's warm start, by part (result.extra)
+    candidate_run_s: dict | None = None  # the `candidate` stage's wall seconds by part (result.extra)
     cuda_sync_wait: str | None = None  # how the judge's CUDA waited for the device (result.environment)
     compile_baseline: str | None = None
     error: str | None = None  # the verdict's reason, when it has one
@@ -470,6 +471,7 @@ def outcome_of(job, origin=None) -> Outcome:
                    timing_wait_s=result.extra.timing_wait_s, timeline=timeline,
                    reference_cache=result.extra.reference_cache, reference_judge=result.extra.reference_judge,
                    candidate_cpu_s=result.extra.candidate_cpu_s, runner_start_cpu_s=result.extra.runner_start_cpu_s,
+                   candidate_run_s=result.extra.candidate_run_s,
                    timing_runs=result.extra.timing_runs.model_dump() if result.extra.timing_runs else None,
                    judge_start=result.extra.judge_start.model_dump() if result.extra.judge_start else None,
                    judge_lost=result.extra.judge_lost,
@@ -698,6 +700,24 @@ def judges_line(phase: Phase) -> str | None:
             f"{len(starts) - ahead} by a job){cpu_text}; {lost} job(s) lost a shared judge and ran again.")
 
 
+def _part_medians(parts: list[dict]) -> str:
+    """"name median, ..." over reports of seconds by part, in the order the parts first appear."""
+    names = list(dict.fromkeys(name for part in parts for name in part))
+    return ", ".join(f"{name} {statistics.median(p[name] for p in parts if name in p):.2f}" for name in names)
+
+
+def candidate_run_line(phase: Phase) -> str | None:
+    """Where the `candidate` stage's wall time went: the median of each part its runners reported, beside the
+    stage's own median; None where no job said."""
+    runs = [o for o in phase.outcomes.values() if o.candidate_run_s]
+    if not runs:
+        return None
+    stage = [o.stages["candidate"] for o in runs if "candidate" in o.stages]
+    whole = f"; the stage, median {statistics.median(stage):.2f}" if stage else ""
+    return (f"The candidate stage during {phase.workload} ({phase.path}), median wall s by part over {len(runs)} "
+            f"jobs: {_part_medians([o.candidate_run_s for o in runs if o.candidate_run_s])}{whole}.")
+
+
 def starts_line(phase: Phase) -> str | None:
     """Where the sandboxes' starts spent the host's CPU: the median CPU seconds of each part of a candidate
     runner's warm start and of a judge's (as each reported them before any user code), beside the median of
@@ -706,10 +726,7 @@ def starts_line(phase: Phase) -> str | None:
     judges = [o.judge_start for o in phase.outcomes.values() if o.judge_start and o.judge_start.get("start_cpu_s")]
     if not runners and not judges:
         return None
-
-    def medians(parts: list[dict]) -> str:
-        names = list(dict.fromkeys(name for part in parts for name in part))
-        return ", ".join(f"{name} {statistics.median(p[name] for p in parts if name in p):.2f}" for name in names)
+    medians = _part_medians
 
     texts = []
     if runners:
@@ -822,6 +839,8 @@ class Report:
                     lines += [judges, ""]
                 if (starts := starts_line(phase)) is not None:
                     lines += [starts, ""]
+                if (run := candidate_run_line(phase)) is not None:
+                    lines += [run, ""]
                 if phase.sched:
                     lines += [f"Host threads during {phase.workload} ({phase.path}), by class (benchmarks/host_sched.py):",
                               phase.sched, ""]

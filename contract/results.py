@@ -404,6 +404,12 @@ class ResultNotes(BaseModel):
         "Of those, the runner process's own CPU seconds by part of its warm start, before any candidate code, as "
         "it reported them: `imports` (the interpreter, torch and the harness), `device` (CUDA's set-up), "
         "`triton_import`, `warm` (the profiler's set-up)."))
+    candidate_run_s: dict[str, float] | None = Field(default=None, description=(
+        "The `candidate` stage's wall seconds by part, as the candidate's runner reported them (diagnostic only): "
+        "`read` (the judge's inputs from their sealed file), `construct` (ModelNew), `inputs` (the trials' inputs "
+        "onto the device), `first_call` (trial 0: Triton's compiles and first launches are in it), `calls` (the "
+        "other trials), `outputs` (copies to the host), `pool` (the timing inputs onto the device), `shape` (the "
+        "doubled batch). The rest of the stage is the outputs' way back to the judge."))
     precision_skipped: str | None = Field(default=None, description="Why the float64 truth was not computed.")
     trials_sized: TrialsSizedNote | None = None
     perturbed_trials: list[int] | None = Field(

@@ -389,11 +389,13 @@ class Timing(Reply):
 @dataclass
 class RunDone(Done):
     """The trials' outputs (with the inputs as forward left them, for the first trials) and the doubled batch's,
-    in the payload: {"trials": [...], "shape_trials": [...]}."""
+    in the payload: {"trials": [...], "shape_trials": [...]}. `parts_s`: wall seconds by part of the run
+    (runner.RUN_PARTS), as the runner measured them (diagnostic only)."""
 
     OP: ClassVar[str] = "run"
     tampered: list[str] = field(default_factory=list)
     payload: Payload | None = None
+    parts_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -72,6 +72,12 @@ from sandbox_side.timing import timer
 Handler = Callable[[Any], None]
 
 INPUT_CHECK_TRIALS = 2
+# The parts of a Run the runner times (RunDone.parts_s, the result's `candidate_run_s`): the judge's inputs read
+# from their sealed file, ModelNew's construction, the trials' inputs onto the device (with the freed memory's
+# poison), the first trial's call (Triton's compiles and first launches are in it), the other trials' calls, their
+# outputs (and inputs as forward left them) copied to the host, the timing pool onto the device, the doubled batch.
+RUN_PARTS = ("read", "construct", "inputs", "first_call", "calls", "outputs", "pool", "shape")
+_clock = time.perf_counter
 REQUIRED_NAMES = {"reference": ("Model", "get_inputs", "get_init_inputs"), "candidate": ("ModelNew",)}
 
 
@@ -288,13 +294,16 @@ class CandidateRunner(Runner):
         return {**super().handlers(), Run: self.op_run, Trace: self.op_trace, TritonCache: self.op_triton_cache,
                 ApplyTimingVariants: self.op_timing_variants, TimedOutputs: self.op_timed_outputs}
 
-    def _checked_call(self, args: list, what: str, keep_inputs: bool) -> dict:
+    def _checked_call(self, args: list, what: str, keep_inputs: bool, lap: Callable[[str], None],
+                      call_part: str) -> dict:
         """A candidate call that also reports outputs sharing memory with an input and the inputs
-        as forward left them (the judge compares them with its own copies)."""
+        as forward left them (the judge compares them with its own copies); `lap` ends `call_part` after the
+        call, then `outputs` after the copies."""
         try:
             with torch.no_grad():
                 out = self.model(*args)
             self._sync()
+            lap(call_part)
             stored = to_storable(out)
             stored["aliases"] = aliased_outputs(out, args)
         except BaseException as exc:  # noqa: BLE001
@@ -302,6 +311,7 @@ class CandidateRunner(Runner):
         if keep_inputs:
             stored["inputs_after"] = [torch.Tensor.to(a, "cpu", copy=True) if type(a) is torch.Tensor else None
                                       for a in args]
+        lap("outputs")
         return stored
 
     def _poison(self, nbytes: int) -> None:
@@ -314,16 +324,30 @@ class CandidateRunner(Runner):
         del block
 
     def op_run(self, command: Run) -> None:
+        parts = dict.fromkeys(RUN_PARTS, 0.0)
+        mark = _clock()
+
+        def lap(part: str) -> None:
+            nonlocal mark
+            now = _clock()
+            parts[part] += now - mark
+            mark = now
+
         data: Any = self.channel.read_payload(command.payload)
+        lap("read")
         self._construct("ModelNew", data["init_inputs"], command.init_seed)
+        lap("construct")
         results = []
         for index, args in enumerate(data["trials"]):
             self._poison(command.poison_bytes)
+            args = fresh_on(args, self.device)
+            lap("inputs")
             # The inputs as forward left them go back for the first trials only: a candidate that
             # writes into its inputs does so on every call, and inputs can be large.
-            results.append(self._checked_call(fresh_on(args, self.device),
-                                              f"in ModelNew.forward (trial {index})", index < INPUT_CHECK_TRIALS))
+            results.append(self._checked_call(args, f"in ModelNew.forward (trial {index})", index < INPUT_CHECK_TRIALS,
+                                              lap, "calls" if index else "first_call"))
         self.pool = [fresh_on(a, self.device) for a in data["pool"]]  # its own storage, on every device
+        lap("pool")
         # Last, and failures kept as results: a candidate that breaks on another shape is judged
         # for that (KJ-R09), not reported as a crash.
         shape_results = []
@@ -333,7 +357,9 @@ class CandidateRunner(Runner):
                                                 "in ModelNew.forward (doubled batch)"))
             except UserCodeError as exc:
                 shape_results.append({"kind": "error", "message": exc.message})
-        self.channel.reply(RunDone(tampered=self.integrity.changed()),
+        lap("shape")
+        self.channel.reply(RunDone(tampered=self.integrity.changed(),
+                                   parts_s={part: round(seconds, 4) for part, seconds in parts.items()}),
                            tensors={"trials": results, "shape_trials": shape_results})
 
     def op_trace(self, command: Trace) -> None:

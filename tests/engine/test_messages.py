@@ -40,7 +40,7 @@ from sandbox_side.runtime.messages import (
 )
 from sandbox_side.runtime.sealed_payload import SealedBuffer
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
-from worker.engine.launch import MAX_START_PART_NAME, MAX_START_PARTS, UserFailure, read_reply, start_parts
+from worker.engine.launch import MAX_START_PART_NAME, MAX_START_PARTS, UserFailure, read_reply, reported_parts
 from worker.engine.sandbox.process import PAYLOAD_KEY
 
 TENSORS = Payload(4, {"tree": {"t": 0}, "tensors": [{"dtype": "torch.float32", "shape": [1], "nbytes": 4}]},
@@ -73,7 +73,7 @@ EXAMPLES: list[messages.Message] = [
     ErrorReply(kind=FailureKind.out_of_memory, message="out of device memory", detail="Traceback ..."),
     messages.StepReached(step="truths", device=True),
     Timing(device_ms=[1.5, 2.0], warmup_runs=1, tampered=["time.perf_counter"], cover_ms=0.09),
-    RunDone(tampered=["torch.cuda.synchronize"], payload=TENSORS),
+    RunDone(tampered=["torch.cuda.synchronize"], payload=TENSORS, parts_s={"read": 0.5, "first_call": 1.25}),
     Traced(events={"kernels": [{"name": "k"}]}, tampered=[]),
     TritonCacheDone(files=[{"path": "a/b.cubin", "size": 4, "mtime_ns": 1}], payload=FOLDER),
     messages.VariantsApplied(),
@@ -220,6 +220,6 @@ def test_a_runners_start_parts_are_kept_bounded_and_an_older_ready_line_still_re
     assert Ready.decode({"event": "ready", "environment": {}}) == Ready(environment={}, start_cpu_s={})
     reported = {"imports": 1.23456, "device": float("nan"), "warm": -1.0, "x" * 100: 2.0,
                 **{f"part{i}": 0.1 for i in range(20)}}
-    kept = start_parts(reported)
+    kept = reported_parts(reported)
     assert kept["imports"] == 1.235 and "device" not in kept and "warm" not in kept
     assert "x" * MAX_START_PART_NAME in kept and len(kept) == MAX_START_PARTS

@@ -146,3 +146,16 @@ def test_the_report_gives_the_median_cpu_of_each_part_of_the_sandboxes_starts():
         "device 1.00, triton_import 0.50, warm 1.50; the whole sandbox, job included, 8.00); 1 judges (imports "
         "2.50, device 1.50, warm 0.00; to the reference imported, 6.00; the whole start, 14.00).")
     assert throughput.starts_line(throughput.Phase("rl", "serial engine")) is None
+
+
+def test_the_report_gives_the_median_wall_time_of_each_part_of_the_candidate_stage():
+    phase = throughput.Phase("triton-warm", "service, embedded", jobs=3, wall_s=10.0)
+    run = {"read": 0.2, "construct": 0.01, "first_call": 1.5, "outputs": 0.4}
+    phase.outcomes = {
+        "a": throughput.Outcome("ok", stages={"candidate": 3.0}, candidate_run_s=run),
+        "b": throughput.Outcome("ok", stages={"candidate": 4.0}, candidate_run_s={**run, "first_call": 2.5}),
+        "c": throughput.Outcome("build_error", stages={"build": 1.0})}  # no candidate stage: not counted
+    assert throughput.candidate_run_line(phase) == (
+        "The candidate stage during triton-warm (service, embedded), median wall s by part over 2 jobs: read 0.20, "
+        "construct 0.01, first_call 2.00, outputs 0.40; the stage, median 3.50.")
+    assert throughput.candidate_run_line(throughput.Phase("rl", "serial engine")) is None

@@ -51,7 +51,7 @@ from worker.engine.build import builder as build
 from worker.engine.build import triton_cache
 from worker.engine.cpu_plan import timing_cores
 from worker.engine.engine_settings import EngineSettings
-from worker.engine.launch import RunnerSession, UserFailure
+from worker.engine.launch import RunnerSession, UserFailure, reported_parts
 from worker.engine.policy.registry import is_disabled
 from worker.engine.prepared_job import PreparedJob, StageCallback, notify
 from worker.engine.process_tree import tree_cpu_s
@@ -447,6 +447,7 @@ class DeviceStage:
             with self.builder.stage(Stage.candidate):
                 done = session.request(Run(init_seed=entry.seeds["init_seed"], poison_bytes=2 * generated.output_bytes,
                                            payload=inputs.payload), RunDone, deadline)
+            self.builder.extra.candidate_run_s = reported_parts(done.parts_s) or None
         except UserFailure as failure:
             self._note_memory(failure)
             raise _JobEnds(self.builder.candidate_failure(failure, during="run")) from failure

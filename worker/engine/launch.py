@@ -92,14 +92,15 @@ def read_reply(message: dict[str, Any], reply: type[R]) -> R:
         raise UserFailure(FailureKind.protocol, f"unexpected reply (expected {_named(reply)}): {exc}") from None
 
 
-# A Ready's parts of the start kept (its runner says them before any user code runs; bounded all the same).
+# The parts of a runner's work kept from its report (a Ready's start, a RunDone's run): bounded in number and
+# name length, whoever wrote them.
 MAX_START_PARTS = 8
 MAX_START_PART_NAME = 32
 
 
-def start_parts(reported: dict[str, float]) -> dict[str, float]:
-    """The CPU seconds by part of a runner's start that its Ready reported, bounded in number and name length,
-    finite and not negative."""
+def reported_parts(reported: dict[str, float]) -> dict[str, float]:
+    """Seconds by part that a runner reported (its start's CPU, its run's wall time), bounded in number and name
+    length, finite and not negative: diagnostics, never evidence for a verdict."""
     kept: dict[str, float] = {}
     for name, seconds in reported.items():
         if len(kept) >= MAX_START_PARTS:
@@ -216,7 +217,7 @@ class RunnerSession:
                                       name=f"{config.role}-{config.mode}",
                                       use_bwrap=config.sandbox == SandboxKind.bwrap, log_mark=USER_OUTPUT_MARK)
         self.environment: dict[str, Any] = {}
-        self.start_cpu_s: dict[str, float] = {}  # its Ready's, bounded (start_parts)
+        self.start_cpu_s: dict[str, float] = {}  # its Ready's, bounded (reported_parts)
 
     def __enter__(self) -> RunnerSession:
         self.process.start()
@@ -228,7 +229,7 @@ class RunnerSession:
     def wait_ready(self, deadline: float) -> Ready:
         ready = self._expect(Ready, deadline)
         self.environment = ready.environment
-        self.start_cpu_s = start_parts(ready.start_cpu_s)
+        self.start_cpu_s = reported_parts(ready.start_cpu_s)
         return ready
 
     def load(self, source: str, deadline: float, *, cpu_s: int | None = None) -> None:
