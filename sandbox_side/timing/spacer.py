@@ -1,13 +1,13 @@
 """The spacer's size: device time between two timed calls that covers the host's work between them.
 
-The timer (timer.py) holds the stream with a device spin after each call's end event, for about as long as
-the host takes to queue the next call's variant writes and L2 flush (its "cover"). The supervisor's clock
-check compares the time outside the samples of the reference and the candidate, and the spacer is part of
-that time on both sides, so a window's two sides get one size, chosen by the supervisor from both sides'
-reported covers (worker/engine/timing/timing_protocol.py). Sized per process instead, the two differed by
-30-60 us a call on an H100: a call that leaves the device caught up with the host (launch-bound) takes
-longer to queue the next writes and flush (cover median 87-111 us against 56-72 us for a device-bound call,
-same loop, same process), and 1.25 times the difference showed as time outside its samples. A size from
+The timer (timer.py) holds the stream with a device spin after each call's end event, for about as long as the
+host takes to queue the next call's variant writes and L2 flush (its "cover"). The supervisor's clock check
+compares the time outside the samples of the reference and the candidate, and the spacer is part of that time
+on both sides, so a window's two sides get one size, chosen by the supervisor from both sides' reported covers
+(worker/engine/timing/timing_protocol.py). Sized per process instead, the two differed by 11-48 us a call on
+an H100 (30 us in the timer's GPU test): a call that leaves the device caught up with the host (launch-bound)
+takes longer to queue the next writes and flush (cover median 87-111 us against 56-72 us for a device-bound
+call, same loop, same process), and 1.25 times the difference showed as time outside its samples. A size from
 untrusted reports gains a candidate nothing: it is device time on both sides alike, capped at SPACER_MAX_MS.
 No torch here: the supervisor imports it.
 """

@@ -97,7 +97,7 @@ def test_a_launch_bound_call_and_a_device_bound_one_leave_the_same_time_outside_
     differences = [slow[0] - fast[0] for fast, slow in rounds]
     print(f"outside-time differences, ms per call: {differences}")  # for the GPU run's record (pytest -rA)
     # Without the spacer the launch-bound side showed its host's work between calls here: 50-100 us per call.
-    # With a spacer sized per side, 25-48 us on an H100: its host took longer to queue the next call's writes and
+    # With a spacer sized per side, 11-48 us on an H100: its host took longer to queue the next call's writes and
     # flush (covers of 87-111 us against 56-72 us), so its own spacer was longer.
     assert abs(statistics.median(differences)) < FLOOR_MS["cuda"], (differences, rounds)
 
