@@ -726,17 +726,15 @@ def starts_line(phase: Phase) -> str | None:
     judges = [o.judge_start for o in phase.outcomes.values() if o.judge_start and o.judge_start.get("start_cpu_s")]
     if not runners and not judges:
         return None
-    medians = _part_medians
-
     texts = []
     if runners:
         whole = [o.candidate_cpu_s for o in phase.outcomes.values() if o.runner_start_cpu_s and o.candidate_cpu_s]
-        texts.append(f"{len(runners)} candidate runners ({medians(runners)}"
+        texts.append(f"{len(runners)} candidate runners ({_part_medians(runners)}"
                      + (f"; the whole sandbox, job included, {statistics.median(whole):.2f}" if whole else "") + ")")
     if judges:
         launch = [j["launch_cpu_s"] for j in judges if j.get("launch_cpu_s") is not None]
         whole = [j["cpu_s"] for j in judges if j.get("cpu_s") is not None]
-        texts.append(f"{len(judges)} judges ({medians([j['start_cpu_s'] for j in judges])}"
+        texts.append(f"{len(judges)} judges ({_part_medians([j['start_cpu_s'] for j in judges])}"
                      + (f"; to the reference imported, {statistics.median(launch):.2f}" if launch else "")
                      + (f"; the whole start, {statistics.median(whole):.2f}" if whole else "") + ")")
     return (f"Sandbox starts during {phase.workload} ({phase.path}), median CPU s by part: " + "; ".join(texts)

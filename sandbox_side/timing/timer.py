@@ -134,9 +134,9 @@ class _GpuTimer:
         self.covers: deque[float] = deque(maxlen=SPACER_HISTORY)
         self.spacer_cycles = int(SPACER_FIRST_MS * SLEEP_CYCLES_PER_MS)
 
-    def covered(self, host_ms: float) -> None:
-        """One more host time between a spacer's launch and the next flush's; the next spacer's size."""
-        self.covers.append(host_ms)
+    def covered(self, *host_ms: float) -> None:
+        """More host times between a spacer's launch and the next flush's; the next spacer's size."""
+        self.covers.extend(host_ms)
         self.spacer_cycles = int(spacer_ms(self.covers) * SLEEP_CYCLES_PER_MS)
 
     def pairs(self, count: int) -> list[tuple[Any, Any]]:
@@ -217,7 +217,8 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
                 gpu.flush.zero_()
                 if i:
                     covers.append((_perf_counter() - covered_from) * 1e3)  # under the flush's device time
-                    gpu.covered(covers[-1])
+                    if fixed_cycles is None:  # sized as it goes; a given size needs no work between calls
+                        gpu.covered(covers[-1])
                 _EventBase.record(start, stream)
                 out = model(*args)
                 _EventBase.record(end, stream)
@@ -225,6 +226,8 @@ def time_model(model: Callable[..., object], pool: list[list], device: torch.dev
                     kept_out.append(out)
             if kept_out:
                 result.kept.append(_snapshot(kept_out.pop()))
+            if fixed_cycles is not None:
+                gpu.covered(*covers)
             result.queue_ms_per_call = (_perf_counter() - queued_from) * 1e3 / total
             result.cover_ms = statistics.median(covers) if covers else None
             _cuda_sync()

@@ -40,7 +40,13 @@ from sandbox_side.runtime.messages import (
 )
 from sandbox_side.runtime.sealed_payload import SealedBuffer
 from tests.engine.conftest import SILU_REFERENCE, triton_candidate
-from worker.engine.launch import MAX_START_PART_NAME, MAX_START_PARTS, UserFailure, read_reply, reported_parts
+from worker.engine.launch import (
+    MAX_REPORTED_PART_NAME,
+    MAX_REPORTED_PARTS,
+    UserFailure,
+    read_reply,
+    reported_parts,
+)
 from worker.engine.sandbox.process import PAYLOAD_KEY
 
 TENSORS = Payload(4, {"tree": {"t": 0}, "tensors": [{"dtype": "torch.float32", "shape": [1], "nbytes": 4}]},
@@ -222,4 +228,4 @@ def test_a_runners_start_parts_are_kept_bounded_and_an_older_ready_line_still_re
                 **{f"part{i}": 0.1 for i in range(20)}}
     kept = reported_parts(reported)
     assert kept["imports"] == 1.235 and "device" not in kept and "warm" not in kept
-    assert "x" * MAX_START_PART_NAME in kept and len(kept) == MAX_START_PARTS
+    assert "x" * MAX_REPORTED_PART_NAME in kept and len(kept) == MAX_REPORTED_PARTS

@@ -94,8 +94,8 @@ def read_reply(message: dict[str, Any], reply: type[R]) -> R:
 
 # The parts of a runner's work kept from its report (a Ready's start, a RunDone's run): bounded in number and
 # name length, whoever wrote them.
-MAX_START_PARTS = 8
-MAX_START_PART_NAME = 32
+MAX_REPORTED_PARTS = 8
+MAX_REPORTED_PART_NAME = 32
 
 
 def reported_parts(reported: dict[str, float]) -> dict[str, float]:
@@ -103,10 +103,10 @@ def reported_parts(reported: dict[str, float]) -> dict[str, float]:
     length, finite and not negative: diagnostics, never evidence for a verdict."""
     kept: dict[str, float] = {}
     for name, seconds in reported.items():
-        if len(kept) >= MAX_START_PARTS:
+        if len(kept) >= MAX_REPORTED_PARTS:
             break
         if isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0:
-            kept[str(name)[:MAX_START_PART_NAME]] = round(float(seconds), 3)
+            kept[str(name)[:MAX_REPORTED_PART_NAME]] = round(float(seconds), 3)
     return kept
 
 
